@@ -1,0 +1,439 @@
+"""Spec file -> validated model. All semantic checks live here; each names file:line:col."""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from . import language, marked_yaml
+from .errors import Mark, SpecError
+from .expr import Expr, const, divisible, round_up, sym
+from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits
+from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
+                    ScaleGroup, Segment, Term, op_params)
+
+FP32_MIN_NORMAL = 2.0 ** -126
+OPS_BY_SCALE_KIND = {
+    "values": ("gather_dequant", "quantize_store", "quantize", "dequantize"),
+    "tokens": ("gather_dequant", "append"),
+    None: ("gather_dequant", "quantize_store"),
+}
+COORDS_BY_HOLDING = {"records": ("slot", "head"), "values": ("slot", "head", "scale"), "tokens": ("block", "head", "dim")}
+
+
+def spec_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_spec(path: Path, root: Path):
+    """Read and type-check one spec; returns ('layout' | 'compat', tree, display path, digest)."""
+    display = path.relative_to(root).as_posix() if path.is_absolute() and path.is_relative_to(root) else path.as_posix()
+    text = path.read_text()
+    tree = marked_yaml.load(text, display)
+    if not isinstance(tree, marked_yaml.MarkedDict):
+        raise SpecError(Mark(display, 1, 1), "a spec must be a YAML mapping", "start from one of the specs in specs/")
+    kind = "compat" if "compat" in tree else "layout"
+    tree = (language.COMPAT if kind == "compat" else language.LAYOUT).check(tree, tree.mark, "")
+    return kind, tree, display, spec_digest(text)
+
+
+# --- layouts -------------------------------------------------------------------------------------
+
+def build_layout(tree, display: str, digest: str) -> Layout:
+    stem = Path(display).stem
+    if tree["name"] != stem:
+        raise SpecError(tree.value_mark("name"), f"name: {tree['name']!r} must equal the file name {stem!r}",
+                        f"rename the file to {tree['name']}.yaml or set name: {stem}")
+    heads = sym(HEADS) if tree["heads"] == "any" else const(tree["heads"])
+    page = tree["page"]
+    multiple, align = page["size_multiple_of"], page["align"]
+    checks: list = []
+    if multiple > 1:
+        checks.append((sym(PAGE_SIZE), multiple, f"page_size must be a multiple of {multiple}"))
+
+    groups = _scale_groups(tree)
+    segments, record_bytes, values = _segments(tree, groups, checks)
+    groups = {name: _finish_group(g, segments, tree, multiple, checks) for name, g in groups.items()}
+    segments = tuple(_attach_scale(s, groups) for s in segments)
+    if len({g.kind for g in groups.values()}) > 1:
+        raise SpecError(tree.value_mark("scales"), "scales: a layout cannot mix {values: N} and {tokens: N} groups",
+                        "split it into two layouts")
+    if any(g.kind == "tokens" for g in groups.values()) and len(segments) != 1:
+        raise SpecError(tree.value_mark("record"), "record: a {tokens: N} scale group needs a one-segment record",
+                        "drop the other segments")
+
+    ctx = dict(heads=heads, multiple=multiple, record_bytes=record_bytes, values=values, groups=groups,
+               checks=checks)
+    buffers = tuple(_buffer(name, tree["buffers"], ctx, align, segments) for name in tree["buffers"])
+    _check_placement(tree, buffers, groups)
+    records = next(r for b in buffers for r in b.regions if r.holds == "records")
+    if (heads.symbols() or values.symbols()) and records.terms[-1].text != "head":
+        raise SpecError(tree.value_mark("buffers"), "buffers: with heads or values 'any', the records order must end "
+                        "with 'head'", "readers take (heads, values) from the records buffer's last two dims")
+    for s in segments:
+        if s.raw is not None:
+            _check_raw_alignment(s, buffers, tree, checks)
+
+    ops = tuple(tree["ops"])
+    kind = next(iter({g.kind for g in groups.values()}), None)
+    for i, op in enumerate(ops):
+        if op not in OPS_BY_SCALE_KIND[kind]:
+            raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} is not available for "
+                            f"{'a ' + kind + '-grouped' if kind else 'an unscaled'} layout",
+                            f"use {', '.join(OPS_BY_SCALE_KIND[kind])}")
+    sink = tree["slots"]["sink"]
+    tuning = tree["tuning"]
+    block_tokens = tuning["block_tokens"]
+    if block_tokens is not None and block_tokens & (block_tokens - 1):
+        raise SpecError(tree["tuning"].value_mark("block_tokens"), "tuning.block_tokens must be a power of two",
+                        f"use {1 << (block_tokens.bit_length() - 1)}")
+    return Layout(
+        name=tree["name"], summary=tree["summary"], spec_path=display, spec_sha256=digest,
+        planes=tuple(tree["planes"]), heads=heads, values=values, page_size_multiple=multiple, page_align=align,
+        sink=sink, segments=segments, record_bytes=record_bytes,
+        scales=tuple(groups.values()), buffers=buffers, ops=ops, block_tokens=block_tokens,
+        num_warps=tuning["num_warps"] or 4, runtime_checks=tuple(dict.fromkeys(checks)),
+    )
+
+
+def _scale_groups(tree) -> dict:
+    out = {}
+    for name, g in tree["scales"].items():
+        mark = tree["scales"].value_mark(name)
+        fmt = SCALE_FORMATS[g["format"]]
+        lo, hi = fmt.exponent_min, fmt.exponent_max
+        if g["exponent_range"] is not None:
+            lo_s, hi_s = g["exponent_range"]
+            if lo_s > hi_s:
+                raise SpecError(g.value_mark("exponent_range"), f"scales.{name}.exponent_range: lo {lo_s} > hi {hi_s}",
+                                "write [lo, hi] with lo <= hi")
+            lo, hi = max(lo, lo_s), min(hi, hi_s)
+        floor = g["amax_floor"]
+        if floor is not None and not (FP32_MIN_NORMAL <= floor < float("inf") and floor < 3.0e38):
+            raise SpecError(g.value_mark("amax_floor"), f"scales.{name}.amax_floor: {floor!r} is not a normal fp32 number",
+                            "use a value between 1.2e-38 and 3.0e38, e.g. 1.0e-30")
+        (kind, size), = g["group"].items()
+        out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], amax_floor=floor,
+                         amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
+                         exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], kind=kind, size=size, segment=None)
+    return out
+
+
+def _segments(tree, groups, checks):
+    record = tree["record"]
+    names = set()
+    value_offset, byte_offset = const(0), const(0)
+    out = []
+    for i, seg in enumerate(record):
+        mark = record.item_mark(i)
+        where = f"record[{i}]"
+        if seg["name"] in names:
+            raise SpecError(seg.value_mark("name"), f"{where}.name: duplicate segment name {seg['name']!r}",
+                            "give each segment its own name")
+        names.add(seg["name"])
+        if seg["values"] == "any":
+            if len(record) != 1:
+                raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' is only allowed in a one-segment record",
+                                "give the width as a number")
+            if seg["dtype"] not in ELEMENT_FORMATS:
+                raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' needs a quantized (fp8) dtype",
+                                "give the raw segment a fixed width")
+            nvalues: Expr = sym(VALUES)
+        else:
+            nvalues = const(seg["values"])
+        dtype = seg["dtype"]
+        element, raw = ELEMENT_FORMATS.get(dtype), RAW_DTYPES.get(dtype)
+        if element is not None and seg["scale"] is None:
+            raise SpecError(mark, f"{where}: {dtype} values need a scale group", "add 'scale: <group name>'")
+        if raw is not None and seg["scale"] is not None:
+            raise SpecError(seg.value_mark("scale"), f"{where}.scale: raw {dtype} values are copied, not scaled",
+                            "remove 'scale', or use an fp8 dtype")
+        if seg["scale"] is not None:
+            g = groups.get(seg["scale"])
+            if g is None:
+                raise SpecError(seg.value_mark("scale"), f"{where}.scale: no scale group named {seg['scale']!r}",
+                                f"define it under 'scales:' (known: {', '.join(groups) or 'none'})")
+            if g["segment"] is not None:
+                raise SpecError(seg.value_mark("scale"), f"{where}.scale: group {seg['scale']!r} already scales "
+                                f"segment {g['segment']!r}", "give each quantized segment its own scale group")
+            g["segment"] = seg["name"]
+        width = nvalues * (raw.nbytes if raw else 1)
+        if raw is not None and byte_offset.is_const and byte_offset.const_value() % raw.nbytes:
+            raise SpecError(mark, f"{where}: {dtype} segment starts at record byte {byte_offset.const_value()}, "
+                            f"not a multiple of {raw.nbytes}", "reorder the segments so wider dtypes come first")
+        out.append(dict(name=seg["name"], dtype=dtype, values=nvalues, value_offset=value_offset,
+                        byte_offset=byte_offset, nbytes=width, element=element, raw=raw, scale=seg["scale"],
+                        mark=mark))
+        value_offset, byte_offset = value_offset + nvalues, byte_offset + width
+    for name, g in groups.items():
+        if g["segment"] is None:
+            raise SpecError(g["mark"], f"scales.{name}: no segment uses this scale group",
+                            f"add 'scale: {name}' to a segment, or remove the group")
+    return out, byte_offset, value_offset
+
+
+def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
+    seg = next(s for s in segments if s["name"] == g["segment"])
+    pad = g["tree"]["pad_to"]
+    where = f"scales.{g['name']}"
+    if g["kind"] == "values":
+        n = g["size"]
+        if seg["values"].is_const:
+            if seg["values"].const_value() % n:
+                raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {n} does not divide segment "
+                                f"{seg['name']!r}'s {seg['values'].const_value()} values",
+                                f"use a group size that divides {seg['values'].const_value()}")
+        else:
+            checks.append((sym(VALUES), n, f"the value count must be a multiple of {n}"))
+        count = seg["values"] // n
+        padded = count
+        if pad is not None:
+            if not count.is_const:
+                raise SpecError(g["tree"].value_mark("pad_to"), f"{where}.pad_to: cannot pad a count that is only known "
+                                "at call time", "remove pad_to or give the segment a fixed width")
+            if pad < count.const_value():
+                raise SpecError(g["tree"].value_mark("pad_to"), f"{where}.pad_to: {pad} is less than the "
+                                f"{count.const_value()} scales per token", f"use pad_to >= {count.const_value()}")
+            padded = const(pad)
+    else:
+        if pad is not None:
+            raise SpecError(g["tree"].value_mark("pad_to"), f"{where}.pad_to: only {{values: N}} groups are padded",
+                            "remove pad_to")
+        if multiple % g["size"]:
+            raise SpecError(tree["page"].value_mark("size_multiple_of") if "size_multiple_of" in tree["page"].key_marks
+                            else g["tree"].value_mark("group"),
+                            f"{where}.group: {{tokens: {g['size']}}} needs page.size_multiple_of to be a multiple of "
+                            f"{g['size']} (it is {multiple})", f"set page.size_multiple_of: {g['size']}")
+        count = padded = seg["values"]
+    fields = {k: v for k, v in g.items() if k not in ("mark", "tree")}
+    return ScaleGroup(count=count, padded_count=padded, **fields)
+
+
+def _attach_scale(s: dict, groups) -> Segment:
+    fields = {k: v for k, v in s.items() if k != "mark"}
+    fields["scale"] = groups[s["scale"]] if s["scale"] else None
+    return Segment(**fields)
+
+
+_COORD = re.compile(r"(\w+)(?: (%|//) (\d+))?")
+
+
+def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
+    regions_tree = buffers_tree[name]
+    offset: Expr = const(0)
+    regions = []
+    for i, rt in enumerate(regions_tree):
+        where = f"buffers.{name}[{i}]"
+        holds = rt["holds"]
+        if holds == "records":
+            kind, element_bytes = "records", ctx["record_bytes"]
+        elif holds in ctx["groups"]:
+            g = ctx["groups"][holds]
+            kind, element_bytes = g.kind, const(g.format.nbytes)
+        else:
+            raise SpecError(rt.value_mark("holds"), f"{where}.holds: {holds!r} is neither 'records' nor a scale group",
+                            f"use 'records' or one of: {', '.join(ctx['groups']) or '(no scale groups)'}")
+        extents = _base_extents(kind, ctx, holds)
+        terms = _terms(rt, where, kind, extents, ctx, name, holds)
+        # Strides: innermost coordinate moves by one element; each outer one by the inner span.
+        strides = []
+        span = element_bytes
+        for t in reversed(terms):
+            strides.append(span)
+            span = span * t["extent"]
+        strides.reverse()
+        prefix = f"{name}_{holds}".upper()
+        region_terms = tuple(Term(coord=t["coord"], op=t["op"], n=t["n"], extent=t["extent"], stride=s,
+                                  const_name=f"{prefix}_{t['suffix']}_STRIDE") for t, s in zip(terms, strides))
+        regions.append(Region(buffer=name, holds=holds, terms=region_terms, element_bytes=element_bytes,
+                              offset=offset, nbytes=span, offset_name=f"{prefix}_OFFSET"))
+        offset = offset + span
+    page_bytes = round_up(offset, align)
+    dtype, shape = _natural_shape(regions, page_bytes, align, segments)
+    return Buffer(name=name, regions=tuple(regions), page_bytes=page_bytes, align=align,
+                  page_bytes_name=f"{name.upper()}_PAGE_BYTES", torch_dtype=dtype, shape=shape)
+
+
+def _base_extents(kind, ctx, holds) -> dict:
+    P = sym(PAGE_SIZE)
+    if kind == "records":
+        return {"slot": P, "head": ctx["heads"]}
+    g = ctx["groups"][holds]
+    if kind == "values":
+        return {"slot": P, "head": ctx["heads"], "scale": g.padded_count}
+    return {"block": P // g.size, "head": ctx["heads"], "dim": ctx["values"]}
+
+
+def _terms(rt, where, kind, extents, ctx, buffer, holds):
+    order = rt["order"]
+    wanted = COORDS_BY_HOLDING[kind]
+    seen: dict = {}
+    terms = []
+    for j, text in enumerate(order):
+        mark = order.item_mark(j)
+        coord, op, n = _COORD.fullmatch(text).groups()
+        if coord not in wanted:
+            raise SpecError(mark, f"{where}.order[{j}]: {coord!r} is not a coordinate of {holds}",
+                            f"{holds} regions are ordered by {', '.join(wanted)}")
+        n = int(n) if n else None
+        seen.setdefault(coord, []).append((op, n, mark))
+        extent = extents[coord]
+        if op == "%":
+            term_extent, suffix = const(n), f"{coord.upper()}_MOD{n}"
+        elif op == "//":
+            term_extent, suffix = extent // n, f"{coord.upper()}_DIV{n}"
+        else:
+            term_extent, suffix = extent, coord.upper()
+        if op is not None and coord in ("scale", "dim"):
+            raise SpecError(mark, f"{where}.order[{j}]: {coord!r} cannot be split",
+                            f"keep {coord!r} whole; split slot or head instead")
+        if op is not None:
+            _check_divides(extent, n, coord, mark, where, ctx)
+        terms.append(dict(coord=coord, op=op, n=n, extent=term_extent, suffix=suffix))
+    for coord in wanted:
+        if coord not in seen:
+            raise SpecError(order.mark, f"{where}.order: missing coordinate {coord!r}",
+                            f"list each of {', '.join(wanted)} once (split ones as 'c % N' and 'c // N')")
+        forms = seen[coord]
+        ops = sorted(op or "" for op, _, _ in forms)
+        ns = {n for _, n, _ in forms}
+        if not (ops == [""] or (ops == ["%", "//"] and len(ns) == 1)):
+            raise SpecError(forms[-1][2], f"{where}.order: coordinate {coord!r} must appear once, or split exactly "
+                            f"as '{coord} % N' and '{coord} // N'", f"write {coord} once, or both halves of one split")
+    return terms
+
+
+def _check_divides(extent: Expr, n: int, coord: str, mark, where, ctx):
+    if extent.is_const:
+        if extent.const_value() % n:
+            raise SpecError(mark, f"{where}: {n} does not divide the {coord} extent {extent.const_value()}",
+                            f"split by a divisor of {extent.const_value()}")
+    elif coord == "slot" or coord == "block":
+        step = ctx["multiple"] if coord == "slot" else None
+        if step is None or step % n:
+            raise SpecError(mark, f"{where}: splitting {coord} by {n} needs page.size_multiple_of to be a multiple "
+                            f"of {n}", f"set page.size_multiple_of: {n}")
+    else:
+        ctx["checks"].append((extent, n, f"the {coord} extent must be a multiple of {n}"))
+
+
+def _natural_shape(regions, page_bytes: Expr, align: int, segments):
+    if len(regions) == 1 and align == 1:
+        r = regions[0]
+        dims = tuple(t.extent for t in r.terms)
+        if r.holds == "records":
+            if len(segments) == 1 and segments[0].element is not None:
+                return segments[0].element.torch_dtype, dims + (segments[0].values,)
+            return "uint8", dims + (r.element_bytes,)
+        return "uint8", dims
+    return "uint8", (page_bytes,)
+
+
+def _check_placement(tree, buffers, groups):
+    placed: dict = {}
+    for b in buffers:
+        for i, r in enumerate(b.regions):
+            if r.holds in placed:
+                raise SpecError(tree["buffers"][b.name].item_mark(i), f"buffers.{b.name}[{i}]: {r.holds!r} is already "
+                                f"placed in buffer {placed[r.holds]!r}", "place each of records and scale groups once")
+            placed[r.holds] = b.name
+    for need in ("records", *groups):
+        if need not in placed:
+            raise SpecError(tree.value_mark("buffers"), f"buffers: {need!r} is not placed in any buffer",
+                            f"add '- {{holds: {need}, order: [...]}}' to a buffer")
+
+
+def _check_raw_alignment(seg: Segment, buffers, tree, checks):
+    region = next(r for b in buffers for r in b.regions if r.holds == "records")
+    buf = next(b for b in buffers if b.name == region.buffer)
+    size = seg.raw.nbytes
+    for what, e in (("the record size", region.element_bytes), ("the records region offset", region.offset),
+                    (f"buffer {buf.name!r}'s page size", buf.page_bytes)):
+        if e.is_const:
+            if e.const_value() % size:
+                raise SpecError(tree.value_mark("record"), f"record: {what} ({e.const_value()} bytes) is not a multiple "
+                                f"of {size}, so {seg.dtype} segment {seg.name!r} would be misaligned",
+                                "pad the record or the page (page.align)")
+        elif not divisible(e, size):
+            checks.append((e, size, f"{what} must be a multiple of {size} bytes"))
+
+
+# --- compat modules -------------------------------------------------------------------------------
+
+def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
+    stem = Path(display).stem
+    if tree["compat"] != stem:
+        raise SpecError(tree.value_mark("compat"), f"compat: {tree['compat']!r} must equal the file name {stem!r}",
+                        f"set compat: {stem}")
+    types = tuple((name, tuple(fields)) for name, fields in tree["types"].items())
+    functions = []
+    used_layouts = []
+    for i, f in enumerate(tree["functions"]):
+        where = f"functions[{i}]"
+        layout_name, op = f["call"].split(".", 1)
+        layout = layouts.get(layout_name)
+        if layout is None:
+            raise SpecError(f.value_mark("call"), f"{where}.call: no layout named {layout_name!r}",
+                            f"known layouts: {', '.join(sorted(layouts))}")
+        base = op[:-4] if op.endswith("_ref") else op
+        if base not in layout.ops:
+            raise SpecError(f.value_mark("call"), f"{where}.call: layout {layout_name!r} does not generate {base!r}",
+                            f"it generates {', '.join(layout.ops)}")
+        params = []
+        for j, p in enumerate(f["params"]):
+            name, _, default = p.partition("=")
+            params.append((name, default or None))
+        param_names = [p for p, _ in params]
+        if len(set(param_names)) != len(param_names):
+            raise SpecError(f.value_mark("params"), f"{where}.params: duplicate parameter", "name each parameter once")
+        wanted = op_params(layout, op)
+        args = f["args"]
+        for k in args:
+            if k not in wanted:
+                raise SpecError(args.key_mark(k), f"{where}.args: {op} has no parameter {k!r}",
+                                f"its parameters are {', '.join(wanted)}")
+        missing = [k for k in wanted if k not in args and k not in ("out", "out_dtype")]
+        if missing:
+            raise SpecError(f.value_mark("args"), f"{where}.args: missing {', '.join(missing)}",
+                            f"map every parameter of {op}: {', '.join(wanted)}")
+        rendered = []
+        for k in wanted:
+            if k not in args:
+                continue
+            v = args[k]
+            if k == "cache":
+                if not isinstance(v, dict):
+                    raise SpecError(args.value_mark(k), f"{where}.args.cache: expected a mapping of buffer field to "
+                                    "parameter", f"fields: {', '.join(n for n, _, _ in layout.cache_fields)}")
+                fields = [n for n, _, _ in layout.cache_fields]
+                if sorted(v) != sorted(fields):
+                    raise SpecError(args.value_mark(k), f"{where}.args.cache: must map exactly {', '.join(fields)}",
+                                    "add the missing fields / remove the unknown ones")
+                for fk, fv in v.items():
+                    _check_arg(fv, param_names, v.value_mark(fk), f"{where}.args.cache.{fk}")
+                src = f"{layout_name}.Cache(" + ", ".join(f"{fk}={v[fk]}" for fk in fields) + ")"
+            else:
+                if isinstance(v, dict):
+                    raise SpecError(args.value_mark(k), f"{where}.args.{k}: expected a parameter expression",
+                                    "write a parameter name such as 'x'")
+                _check_arg(v, param_names, args.value_mark(k), f"{where}.args.{k}")
+                src = v
+            rendered.append((k, src))
+        if f["returns"] is not None and f["returns"] not in dict(types):
+            raise SpecError(f.value_mark("returns"), f"{where}.returns: unknown type {f['returns']!r}",
+                            "declare it under 'types:'")
+        functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
+                                        op=op, args=tuple(rendered), returns=f["returns"]))
+        if layout_name not in used_layouts:
+            used_layouts.append(layout_name)
+    return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,
+                  spec_sha256=digest, layouts=tuple(sorted(used_layouts)), types=types, functions=tuple(functions))
+
+
+def _check_arg(src: str, params, mark, where):
+    if src == "None":
+        return
+    root = re.match(r"[a-z_][a-z0-9_]*", src).group(0)
+    if root not in params:
+        raise SpecError(mark, f"{where}: {root!r} is not a parameter of this function",
+                        f"parameters: {', '.join(params)}")

@@ -1,0 +1,117 @@
+"""The kvlayout command line: generate, check, explain (and bench on a GPU machine)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import explain as explain_mod
+from . import pipeline, writer
+from .errors import SpecError
+from .model import HEADS, PAGE_SIZE, VALUES
+
+EXIT_OK, EXIT_DRIFT, EXIT_BAD_SPEC = 0, 1, 2
+
+
+def find_root(start: Path) -> Path:
+    for candidate in (start, *start.parents):
+        if (candidate / "specs").is_dir() and (candidate / "codegen").is_dir():
+            return candidate
+    return Path(__file__).resolve().parent.parent
+
+
+def _report(errors) -> int:
+    for err in errors:
+        print(err.render(), file=sys.stderr)
+    return EXIT_BAD_SPEC
+
+
+def cmd_generate(args, root: Path) -> int:
+    start = time.perf_counter()
+    try:
+        files = pipeline.render_all(root, args.specs or None)
+    except pipeline.SpecErrors as exc:
+        print("kvlayout generate: nothing written", file=sys.stderr)
+        return _report(exc.errors)
+    written, removed = writer.write(root, files, remove_orphans=not args.specs)
+    for rel in written:
+        print(f"wrote {rel}")
+    for rel in removed:
+        print(f"removed {rel}")
+    print(f"{len(files)} files, {len(written)} written, {len(removed)} removed in {time.perf_counter() - start:.2f} s")
+    return EXIT_OK
+
+
+def cmd_check(args, root: Path) -> int:
+    try:
+        files = pipeline.render_all(root)
+    except pipeline.SpecErrors as exc:
+        return _report(exc.errors)
+    diffs = writer.drift(root, files)
+    if diffs:
+        for d in diffs:
+            sys.stdout.write(d if d.endswith("\n") else d + "\n")
+        print(f"kvlayout check: {len(diffs)} file(s) under generated/ differ from specs/; run `kvlayout generate`",
+              file=sys.stderr)
+        return EXIT_DRIFT
+    print(f"kvlayout check: {len(files)} generated files match specs/")
+    return EXIT_OK
+
+
+def cmd_explain(args, root: Path) -> int:
+    try:
+        layouts, _ = pipeline.build_all(root, [args.spec])
+    except pipeline.SpecErrors as exc:
+        return _report(exc.errors)
+    if not layouts:
+        print(f"kvlayout explain: {args.spec} is not a layout spec", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    layout = next(iter(layouts.values()))
+    sizes = explain_mod.default_sizes(layout)
+    for key, value in ((PAGE_SIZE, args.page_size), (HEADS, args.heads), (VALUES, args.values)):
+        if value is not None:
+            sizes[key] = value
+    try:
+        text = explain_mod.explain(layout, sizes)
+    except ValueError as exc:
+        print(f"kvlayout explain: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_bench(args, root: Path) -> int:
+    from bench import run as bench_run  # GPU only; imports torch and the generated modules
+    return bench_run.main(args.rest)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvlayout", description="Generate Triton kernels for quantized paged KV caches.")
+    p.add_argument("--root", type=Path, help="repository root (default: found from the current directory)")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="regenerate generated/ from specs/ (writes only what changed)")
+    g.add_argument("specs", nargs="*", help="only these spec files (no orphan removal)")
+    sub.add_parser("check", help="exit 1 with a diff if generated/ differs from specs/")
+    e = sub.add_parser("explain", help="print the resolved byte map of one layout")
+    e.add_argument("spec")
+    e.add_argument("--page-size", type=int)
+    e.add_argument("--heads", type=int)
+    e.add_argument("--values", type=int)
+    b = sub.add_parser("bench", help="benchmark every spec x op on the GPU (see bench/)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    root = (args.root or find_root(Path.cwd())).resolve()
+    handler = {"generate": cmd_generate, "check": cmd_check, "explain": cmd_explain, "bench": cmd_bench}[args.command]
+    try:
+        return handler(args, root)
+    except SpecError as err:  # a spec problem found outside build_all
+        return _report([err])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The spec language, v1: every field a spec may hold, its type, default and meaning.
+
+This table is the single source of truth: ``build`` validates specs against it, and
+``generate`` derives ``generated/spec.schema.json`` and ``generated/SPEC_REFERENCE.md`` from it.
+"""
+from __future__ import annotations
+
+from .schema import Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
+
+IDENT = r"[a-z][a-z0-9_]*"
+ANY = Str(enum=("any",))
+
+ELEMENT_DTYPES = ("fp8_e4m3fn", "fp8_e5m2")
+RAW_DTYPES = ("bf16", "fp16", "fp32")
+SCALE_FORMATS = ("ue8m0",)
+SCALE_RULES = ("rceil",)
+OPS = ("gather_dequant", "quantize_store", "quantize", "dequantize", "append")
+COORDINATE = r"(slot|head|scale|dim|block)( (%|//) [1-9][0-9]*)?"
+
+SEGMENT = Obj(title="a record segment", fields={
+    "name": Field(Str(pattern=IDENT, what="an identifier"), "name of this run of values (e.g. nope, rope)"),
+    "values": Field(OneOf((Int(minimum=1), ANY)),
+                    "how many logical values the segment holds; 'any' (only for a one-segment record) "
+                    "takes the width from the tensors at call time"),
+    "dtype": Field(Str(enum=ELEMENT_DTYPES + RAW_DTYPES),
+                   "how each value is stored: an fp8 element format (needs 'scale') or a raw dtype copied as is"),
+    "scale": Field(OneOf((Str(pattern=IDENT, what="a scale group name"), Null())),
+                   "the scale group (key of 'scales') that quantizes this segment", None),
+})
+
+SCALE_GROUP = Obj(title="a scale group", fields={
+    "format": Field(Str(enum=SCALE_FORMATS), "how one scale is stored: ue8m0 = one byte, biased power-of-two exponent (bias 127)"),
+    "rule": Field(Str(enum=SCALE_RULES),
+                  "how the scale is chosen from the group's amax: rceil = smallest power of two s with amax/s <= the "
+                  "element format's largest finite value"),
+    "amax_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
+                        "amax is raised to at least this before the rule (1.0e-8 DSv4, 1.0e-30 MXFP8); null: no floor",
+                        None),
+    "exponent_range": Field(OneOf((ListOf(Int(minimum=-127, maximum=127), min_items=2, max_items=2), Null())),
+                            "[lo, hi]: clamp the unbiased scale exponent (MXFP8 seeds: [-127, 127]); null: only the "
+                            "storage range", None),
+    "group": Field(OneOf((
+        Obj(title="{values: N}", fields={"values": Field(Int(minimum=1), "N consecutive values of one token and head share a scale")}),
+        Obj(title="{tokens: N}", fields={"tokens": Field(Int(minimum=1), "N consecutive slots share a scale per head and value index "
+                                                                          "(seq-blocked V)")}),
+    )), "what one scale covers"),
+    "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
+                        "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
+                        "exp2 of -127 gives (DSv4 seed). Byte 0xFF decodes to +inf either way, as in both seeds",
+                        "pow2"),
+    "pad_to": Field(OneOf((Int(minimum=1), Null())),
+                    "for {values: N} groups: scale entries stored per token and head, padding included (DSv4: 7 -> 8); "
+                    "pad entries are never written", None),
+})
+
+REGION = Obj(title="a page region", fields={
+    "holds": Field(Str(pattern=IDENT, what="'records' or a scale group name"),
+                   "what this region stores: 'records' (the byte records) or the name of a scale group"),
+    "order": Field(ListOf(Str(pattern=COORDINATE, what="a coordinate such as slot, head, scale, 'slot % 32', 'slot // 32'"),
+                          min_items=1, unique=True),
+                   "the region's byte order inside one page, outermost first: records use slot and head; {values} scales "
+                   "use slot, head, scale; {tokens} scales use block, head, dim. 'slot % N' and 'slot // N' split a "
+                   "coordinate (both must appear)"),
+})
+
+SLOTS = Obj(title="slot rules", fields={
+    "sink": Field(OneOf((Int(minimum=0), Null())),
+                  "a padding slot that writers never touch (CUDA-graph padding); null: none", None),
+})
+
+PAGE = Obj(title="page rules", fields={
+    "size_multiple_of": Field(Int(minimum=1), "the runtime page_size must be a multiple of this", 1),
+    "align": Field(Int(minimum=1), "each page's bytes are rounded up to a multiple of this (DSv4: 576)", 1),
+})
+
+TUNING = Obj(title="tuning knobs", fields={
+    "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: derived from the record size", None),
+    "num_warps": Field(OneOf((Int(minimum=1), Null())), "warps per program; null: derived", None),
+})
+
+LAYOUT = Obj(title="a layout spec", fields={
+    "kvlayout": Field(Int(minimum=1, maximum=1), "spec language version; always 1"),
+    "name": Field(Str(pattern=IDENT, what="an identifier"), "layout name; must equal the file name, and names generated/<name>.py"),
+    "summary": Field(Str(), "one line saying what the layout is and where it comes from"),
+    "planes": Field(ListOf(Str(pattern=IDENT, what="an identifier"), min_items=1, unique=True),
+                    "the tensors stored with this layout, written and read together in one launch (e.g. [k] or [k, v])"),
+    "heads": Field(OneOf((Int(minimum=1), ANY)), "heads per token; 'any' takes it from the tensors at call time"),
+    "page": Field(PAGE, "page-size constraint and per-page byte padding", {"size_multiple_of": 1, "align": 1}),
+    "slots": Field(SLOTS, "which slots are never written (negative slots and slots past the cache always are)",
+                   {"sink": None}),
+    "record": Field(ListOf(SEGMENT, min_items=1), "the byte record of one token and head: segments in byte order"),
+    "scales": Field(MapOf(SCALE_GROUP), "scale groups by name", {}),
+    "buffers": Field(MapOf(ListOf(REGION, min_items=1), min_items=1),
+                     "the cache tensors of one plane, by name; each is a run of pages and each page the listed regions "
+                     "in order"),
+    "ops": Field(ListOf(Str(enum=OPS), min_items=1, unique=True), "the operations to generate"),
+    "tuning": Field(TUNING, "launch shape overrides", {"block_tokens": None, "num_warps": None}),
+})
+
+PARAM = r"[a-z_][a-z0-9_]*(=(None|-?[0-9]+|torch\.[a-z0-9_]+))?"
+ARG = r"None|[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*|\.shape\[-?[0-9]+\])?"
+
+COMPAT_FUNCTION = Obj(title="a compat function", fields={
+    "name": Field(Str(pattern=r"[a-z_][a-z0-9_]*", what="a Python name"), "the seed's function name"),
+    "doc": Field(Str(), "docstring of the generated function"),
+    "params": Field(ListOf(Str(pattern=PARAM, what="a parameter such as 'x' or 'page_size=128'")),
+                    "the seed's parameters, in order, with defaults"),
+    "call": Field(Str(pattern=r"[a-z][a-z0-9_]*\.[a-z_]+", what="'<layout>.<op>' or '<layout>.<op>_ref'"),
+                  "the generated operation this function calls"),
+    "args": Field(MapOf(OneOf((Str(pattern=ARG, what="a parameter expression"),
+                               MapOf(Str(pattern=ARG, what="a parameter expression")))), key_pattern=r"[a-z_][a-z0-9_]*"),
+                  "the operation's arguments: a parameter name, 'p.attr', 'p.shape[i]', or for 'cache' a mapping of "
+                  "buffer field to parameter"),
+    "returns": Field(OneOf((Str(pattern=r"[A-Z][A-Za-z0-9]*", what="a type name"), Null())),
+                     "wrap the result in this named tuple type (declared under 'types')", None),
+})
+
+COMPAT = Obj(title="a compat spec", fields={
+    "kvlayout": Field(Int(minimum=1, maximum=1), "spec language version; always 1"),
+    "compat": Field(Str(pattern=IDENT, what="an identifier"), "module name: generated/compat/<compat>.py; must equal the file name"),
+    "summary": Field(Str(), "what the module replaces"),
+    "seed": Field(Str(), "the file whose names and signatures this module reproduces"),
+    "types": Field(MapOf(ListOf(Str(pattern=IDENT), min_items=1), key_pattern=r"[A-Z][A-Za-z0-9]*"),
+                   "named tuple types, by name, with their fields", {}),
+    "functions": Field(ListOf(COMPAT_FUNCTION, min_items=1), "the functions to generate"),
+})

@@ -1,0 +1,241 @@
+"""The validated model of a layout: every byte offset, stride and extent, computed once.
+
+Templates read these objects and nothing else; they never compute an offset themselves.
+Extents that depend on call-time sizes are ``Expr`` over the symbols ``page_size``,
+``heads`` and ``values`` (see expr.py); everything else is a plain int.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .expr import Expr, const
+from .formats import ElementFormat, RawDtype, ScaleFormat
+
+# Call-time symbols and what they mean.
+PAGE_SIZE = "page_size"
+HEADS = "heads"
+VALUES = "values"
+
+
+@dataclass(frozen=True)
+class ScaleGroup:
+    name: str
+    format: ScaleFormat
+    rule: str
+    amax_floor: float | None
+    amax_floor_bits: int          # fp32 bits of the floor; 0 = no floor
+    exponent_lo: int              # clamp applied to the rule's exponent (spec range within storage range)
+    exponent_hi: int
+    zero_byte: str                # "pow2" or "zero": what scale byte 0x00 decodes to
+    kind: str                     # "values": along a token's values; "tokens": along slots, per value index
+    size: int                     # values (or slots) that share one scale
+    count: Expr                   # scales of one token and head ("values" groups)
+    padded_count: Expr            # entries stored per token and head, padding included
+    segment: str                  # the one segment quantized with this group
+
+    @property
+    def tile(self) -> int:
+        """Values of one token that share a scale: ``size`` for values groups, 1 for tokens groups."""
+        return self.size if self.kind == "values" else 1
+
+
+@dataclass(frozen=True)
+class Segment:
+    name: str
+    dtype: str
+    values: Expr                  # logical values in the segment
+    value_offset: Expr            # first logical value index
+    byte_offset: Expr             # first byte within the record
+    nbytes: Expr
+    element: ElementFormat | None  # quantized segments
+    raw: RawDtype | None           # raw segments
+    scale: ScaleGroup | None
+
+    @property
+    def quantized(self) -> bool:
+        return self.element is not None
+
+
+@dataclass(frozen=True)
+class Term:
+    """One coordinate of a region's byte order, e.g. ``slot % 32`` with its extent and byte stride."""
+
+    coord: str                    # slot, head, scale, dim or block
+    op: str | None                # "%" or "//" for split coordinates
+    n: int | None
+    extent: Expr
+    stride: Expr                  # bytes between neighbours along this coordinate
+    const_name: str               # constexpr name carrying the stride into kernels
+
+    @property
+    def text(self) -> str:
+        return self.coord if self.op is None else f"{self.coord} {self.op} {self.n}"
+
+    @property
+    def kernel_expr(self) -> str:
+        """The coordinate as an expression over the kernel variable of the same name."""
+        return self.coord if self.op is None else f"({self.coord} {self.op} {self.n})"
+
+
+@dataclass(frozen=True)
+class Region:
+    buffer: str
+    holds: str                    # "records" or a scale group name
+    terms: tuple                  # Term, outermost first
+    element_bytes: Expr           # one record, or one scale
+    offset: Expr                  # byte offset inside the page
+    nbytes: Expr                  # bytes inside one page
+    offset_name: str              # constexpr name carrying ``offset``
+
+    def term(self, coord: str) -> tuple:
+        return tuple(t for t in self.terms if t.coord == coord)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    regions: tuple
+    page_bytes: Expr              # bytes per page, padding included
+    align: int
+    page_bytes_name: str          # constexpr name carrying page_bytes
+    torch_dtype: str              # dtype alloc_cache gives it
+    shape: tuple                  # Expr per dim after num_pages (alloc_cache's natural shape)
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    summary: str
+    spec_path: str                # e.g. specs/dsv4_k.yaml (as written in headers)
+    spec_sha256: str
+    planes: tuple
+    heads: Expr
+    values: Expr                  # logical values per token and head
+    page_size_multiple: int
+    page_align: int
+    sink: int | None
+    segments: tuple
+    record_bytes: Expr
+    scales: tuple                 # ScaleGroup, in spec order
+    buffers: tuple                # Buffer, in spec order
+    ops: tuple
+    block_tokens: int | None
+    num_warps: int | None
+    runtime_checks: tuple = field(default=())   # (Expr, n, message): geometry() checks Expr % n == 0
+
+    # -- lookups used by templates -------------------------------------------------------
+    @property
+    def scale_kind(self) -> str | None:
+        kinds = {g.kind for g in self.scales}
+        return kinds.pop() if kinds else None
+
+    @property
+    def records_region(self) -> Region:
+        return next(r for b in self.buffers for r in b.regions if r.holds == "records")
+
+    def scale_region(self, group: str) -> Region:
+        return next(r for b in self.buffers for r in b.regions if r.holds == group)
+
+    def buffer_index(self, name: str) -> int:
+        return [b.name for b in self.buffers].index(name)
+
+    @property
+    def regions(self) -> tuple:
+        return tuple(r for b in self.buffers for r in b.regions)
+
+    @property
+    def symbols(self) -> tuple:
+        """Call-time symbols this layout's geometry depends on, in a fixed order."""
+        used = set()
+        for b in self.buffers:
+            used |= b.page_bytes.symbols()
+            for r in b.regions:
+                used |= r.offset.symbols() | r.nbytes.symbols() | r.element_bytes.symbols()
+                for t in r.terms:
+                    used |= t.stride.symbols() | t.extent.symbols()
+        used |= self.heads.symbols() | self.values.symbols() | self.record_bytes.symbols()
+        used.add(PAGE_SIZE)
+        return tuple(s for s in (PAGE_SIZE, HEADS, VALUES) if s in used)
+
+    @property
+    def cache_fields(self) -> tuple:
+        """(field name, plane, buffer) for every tensor of the Cache tuple, plane-major."""
+        return tuple((f"{p}_{b.name}", p, b) for p in self.planes for b in self.buffers)
+
+    @property
+    def quantized_segments(self) -> tuple:
+        return tuple(s for s in self.segments if s.quantized)
+
+    @property
+    def dense_scale_columns(self) -> tuple:
+        """(segment, first column) of each quantized segment's scales in the dense scale tensor."""
+        out, column = [], const(0)
+        for s in self.quantized_segments:
+            out.append((s, column))
+            column = column + s.scale.count
+        return tuple(out)
+
+    @property
+    def dense_scale_count(self) -> Expr:
+        total = const(0)
+        for s in self.quantized_segments:
+            total = total + s.scale.count
+        return total
+
+    @property
+    def dense_data(self) -> tuple:
+        """(torch dtype, trailing width) of the dense ``quantize`` output: the record itself."""
+        if len(self.segments) == 1 and self.segments[0].quantized:
+            return self.segments[0].element.torch_dtype, self.values
+        return "uint8", self.record_bytes
+
+    @property
+    def geometry(self) -> tuple:
+        """(constexpr name, Expr) for every number a kernel needs, in emission order."""
+        out = [("RECORD_BYTES", self.record_bytes)]
+        out.extend((f"{s.name.upper()}_TILES", s.scale.count) for s in self.quantized_segments)
+        if self.scale_kind == "values":  # the dense quantize/dequantize scale tensor
+            out.append(("DENSE_SCALES", self.dense_scale_count))
+            out.extend((f"{s.name.upper()}_DENSE_COLUMN", column) for s, column in self.dense_scale_columns)
+        for b in self.buffers:
+            out.append((b.page_bytes_name, b.page_bytes))
+            for r in b.regions:
+                out.append((r.offset_name, r.offset))
+                out.extend((t.const_name, t.stride) for t in r.terms)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class CompatFunction:
+    name: str
+    doc: str
+    params: tuple                 # (name, default source or None)
+    layout: str
+    op: str                       # e.g. gather_dequant or gather_dequant_ref
+    args: tuple                   # (op parameter, python source)
+    returns: str | None
+
+
+@dataclass(frozen=True)
+class Compat:
+    name: str
+    summary: str
+    seed: str
+    spec_path: str
+    spec_sha256: str
+    layouts: tuple                # layout names imported
+    types: tuple                  # (type name, fields)
+    functions: tuple
+
+
+def op_params(layout: Layout, op: str) -> tuple:
+    """The parameters of a generated operation (and of its ``_ref``), in order."""
+    base = op[:-4] if op.endswith("_ref") else op
+    planes = tuple(layout.planes)
+    return {
+        "gather_dequant": ("cache", "token_ids", "page_size", "out"),
+        "quantize_store": planes + ("loc", "cache", "page_size"),
+        "append": planes + ("loc", "cache", "page_size"),
+        "quantize": ("x",),
+        "dequantize": ("data", "scale", "out_dtype"),
+    }[base]

@@ -1,0 +1,311 @@
+"""A small declarative type system for specs: one table drives validation, the JSON Schema
+shipped for editors, and the field reference in the docs, so the three cannot drift apart.
+
+``check`` walks a tree from ``marked_yaml`` and returns it normalized (defaults filled in);
+every complaint is a ``SpecError`` at the offending key or value, naming the field path and
+how to fix it.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import Mark, SpecError
+from .marked_yaml import MarkedDict, MarkedList
+
+
+def _show(value) -> str:
+    return repr(value) if not isinstance(value, (MarkedDict, dict)) else "a mapping"
+
+
+class Type:
+    doc_name = "value"
+
+    def check(self, value, mark: Mark, where: str):
+        raise NotImplementedError
+
+    def json(self) -> dict:
+        raise NotImplementedError
+
+    def fail(self, value, mark, where, fix=None):
+        raise SpecError(mark, f"{where}: expected {self.doc_name}, got {_show(value)}", fix)
+
+
+@dataclass
+class Int(Type):
+    minimum: int | None = None
+    maximum: int | None = None
+
+    @property
+    def doc_name(self):
+        if self.minimum is not None and self.maximum is not None:
+            return f"an integer in [{self.minimum}, {self.maximum}]"
+        if self.minimum is not None:
+            return f"an integer >= {self.minimum}"
+        return "an integer"
+
+    def check(self, value, mark, where):
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(value, mark, where, "write a whole number without quotes")
+        if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            self.fail(value, mark, where)
+        return value
+
+    def json(self):
+        out = {"type": "integer"}
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        return out
+
+
+@dataclass
+class Float(Type):
+    exclusive_minimum: float | None = None
+    doc_name: str = "a number"
+
+    def check(self, value, mark, where):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(value, mark, where, "write a number such as 1.0e-8 (YAML needs the '.' in 1.0e-8)")
+        if self.exclusive_minimum is not None and not value > self.exclusive_minimum:
+            raise SpecError(mark, f"{where}: must be > {self.exclusive_minimum}, got {value!r}")
+        return float(value)
+
+    def json(self):
+        out = {"type": "number"}
+        if self.exclusive_minimum is not None:
+            out["exclusiveMinimum"] = self.exclusive_minimum
+        return out
+
+
+@dataclass
+class Bool(Type):
+    doc_name: str = "true or false"
+
+    def check(self, value, mark, where):
+        if not isinstance(value, bool):
+            self.fail(value, mark, where, "write true or false")
+        return value
+
+    def json(self):
+        return {"type": "boolean"}
+
+
+@dataclass
+class Str(Type):
+    enum: tuple | None = None
+    pattern: str | None = None
+    what: str = "a string"
+
+    @property
+    def doc_name(self):
+        if self.enum:
+            return "one of " + ", ".join(repr(e) for e in self.enum)
+        return self.what
+
+    def check(self, value, mark, where):
+        if not isinstance(value, str):
+            self.fail(value, mark, where)
+        if self.enum is not None and value not in self.enum:
+            close = difflib.get_close_matches(value, self.enum, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else "use one of the listed values"
+            self.fail(value, mark, where, fix)
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            self.fail(value, mark, where, f"it must match {self.pattern}")
+        return value
+
+    def json(self):
+        out: dict = {"type": "string"}
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
+        if self.pattern is not None:
+            out["pattern"] = f"^{self.pattern}$"
+        return out
+
+
+@dataclass
+class Null(Type):
+    doc_name: str = "null"
+
+    def check(self, value, mark, where):
+        if value is not None:
+            self.fail(value, mark, where)
+        return None
+
+    def json(self):
+        return {"type": "null"}
+
+
+@dataclass
+class OneOf(Type):
+    options: tuple
+
+    @property
+    def doc_name(self):
+        return " or ".join(o.doc_name for o in self.options)
+
+    def check(self, value, mark, where):
+        errors = []
+        for option in self.options:
+            try:
+                return option.check(value, mark, where)
+            except SpecError as err:
+                errors.append(err)
+        # A mapping or list that matched the shape of one option: report that option's error.
+        for option, err in zip(self.options, errors):
+            if isinstance(value, MarkedDict) and isinstance(option, Obj) or \
+               isinstance(value, MarkedList) and isinstance(option, ListOf):
+                raise err
+        self.fail(value, mark, where)
+
+    def json(self):
+        return {"oneOf": [o.json() for o in self.options]}
+
+
+@dataclass
+class ListOf(Type):
+    item: Type
+    min_items: int = 0
+    max_items: int | None = None
+    unique: bool = False
+
+    @property
+    def doc_name(self):
+        return f"a list of {self.item.doc_name}"
+
+    def check(self, value, mark, where):
+        if not isinstance(value, MarkedList):
+            self.fail(value, mark, where, "write a YAML list, e.g. [a, b] or one '- item' per line")
+        if len(value) < self.min_items:
+            raise SpecError(mark, f"{where}: needs at least {self.min_items} item(s), got {len(value)}")
+        if self.max_items is not None and len(value) > self.max_items:
+            raise SpecError(mark, f"{where}: takes at most {self.max_items} item(s), got {len(value)}")
+        out = MarkedList(self.item.check(v, value.item_mark(i), f"{where}[{i}]") for i, v in enumerate(value))
+        out.mark, out.item_marks = value.mark, value.item_marks
+        if self.unique:
+            seen = set()
+            for i, v in enumerate(out):
+                key = repr(v)
+                if key in seen:
+                    raise SpecError(value.item_mark(i), f"{where}[{i}]: duplicate entry {v!r}", "list each entry once")
+                seen.add(key)
+        return out
+
+    def json(self):
+        out = {"type": "array", "items": self.item.json()}
+        if self.min_items:
+            out["minItems"] = self.min_items
+        if self.max_items is not None:
+            out["maxItems"] = self.max_items
+        if self.unique:
+            out["uniqueItems"] = True
+        return out
+
+
+@dataclass
+class MapOf(Type):
+    value: Type
+    key_pattern: str = r"[a-z][a-z0-9_]*"
+    min_items: int = 0
+
+    @property
+    def doc_name(self):
+        return f"a mapping of name to {self.value.doc_name}"
+
+    def check(self, value, mark, where):
+        if not isinstance(value, MarkedDict):
+            self.fail(value, mark, where, "write a YAML mapping of name: entry")
+        if len(value) < self.min_items:
+            raise SpecError(mark, f"{where}: needs at least {self.min_items} entry(ies)")
+        out = MarkedDict()
+        out.mark, out.key_marks, out.value_marks = value.mark, value.key_marks, value.value_marks
+        for k, v in value.items():
+            if not isinstance(k, str) or not re.fullmatch(self.key_pattern, k):
+                raise SpecError(value.key_mark(k), f"{where}: bad name {k!r}",
+                                f"names are lowercase identifiers matching {self.key_pattern}")
+            out[k] = self.value.check(v, value.value_mark(k), f"{where}.{k}")
+        return out
+
+    def json(self):
+        return {"type": "object", "propertyNames": {"pattern": f"^{self.key_pattern}$"},
+                "additionalProperties": self.value.json(), "minProperties": self.min_items}
+
+
+_REQUIRED = object()
+
+
+@dataclass
+class Field:
+    type: Type
+    doc: str
+    default: Any = _REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+@dataclass
+class Obj(Type):
+    fields: dict = field(default_factory=dict)
+    title: str = "a mapping"
+
+    @property
+    def doc_name(self):
+        return self.title
+
+    def check(self, value, mark, where):
+        if not isinstance(value, MarkedDict):
+            self.fail(value, mark, where, f"write a mapping with the keys {', '.join(self.fields)}")
+        for k in value:
+            if k not in self.fields:
+                close = difflib.get_close_matches(str(k), list(self.fields), n=1)
+                fix = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(self.fields)}"
+                raise SpecError(value.key_mark(k), f"{where + ': ' if where else ''}unknown field {k!r}", fix)
+        out = MarkedDict()
+        out.mark, out.key_marks, out.value_marks = value.mark, dict(value.key_marks), dict(value.value_marks)
+        for name, f in self.fields.items():
+            path = f"{where}.{name}" if where else name
+            if name in value:
+                out[name] = f.type.check(value[name], value.value_mark(name), path)
+            elif f.required:
+                raise SpecError(value.mark, f"{where or 'spec'}: missing required field {name!r}",
+                                f"add '{name}:' ({f.doc})")
+            else:
+                out[name] = f.default
+        return out
+
+    def json(self):
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [n for n, f in self.fields.items() if f.required],
+            "properties": {n: {**f.type.json(), "description": f.doc} for n, f in self.fields.items()},
+        }
+
+
+def field_rows(obj: Obj, prefix: str = ""):
+    """(path, type, default, doc) for every field, depth first: the docs' field reference."""
+    for name, f in obj.fields.items():
+        path = f"{prefix}{name}"
+        default = "required" if f.required else repr(f.default)
+        yield path, f.type.doc_name, default, f.doc
+        inner = f.type
+        suffix = ""
+        while True:
+            if isinstance(inner, ListOf):
+                inner, suffix = inner.item, suffix + "[]"
+            elif isinstance(inner, MapOf):
+                inner, suffix = inner.value, suffix + ".<name>"
+            elif isinstance(inner, OneOf):
+                objs = [o for o in inner.options if isinstance(o, (Obj, ListOf, MapOf))]
+                if not objs:
+                    break
+                inner = objs[0]
+            else:
+                break
+        if isinstance(inner, Obj):
+            yield from field_rows(inner, f"{path}{suffix}.")

@@ -1,0 +1,124 @@
+"""Compile every generated kernel for Hopper (sm_90) on a machine without a GPU.
+
+Each op's host wrapper is called with CPU tensors while the module's kernels are replaced by
+recorders; the recorded arguments become a Triton signature, which `triton.compile` lowers to a
+cubin for GPUTarget("cuda", 90, 32). Prints one JSON line per kernel (registers, spills).
+Run as a script (the interpreter must be off): python -m tests.compile_sm90
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+LAYOUTS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
+
+TARGET = GPUTarget("cuda", 90, 32)
+TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.uint8: "u8",
+         torch.int32: "i32", torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5"}
+
+
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """Registers, stack, local (spill) and shared bytes per kernel from cuobjdump (shipped with Triton)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(CUOBJDUMP), "--dump-resource-usage", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    usage = {}
+    for key, pattern in (("registers", r"REG:(\d+)"), ("stack", r"STACK:(\d+)"), ("local", r"LOCAL:(\d+)"),
+                         ("shared", r"SHARED:(\d+)")):
+        match = re.search(pattern, text)
+        usage[key] = int(match.group(1)) if match else None
+    return usage
+
+
+class Recorder:
+    """Stands in for a @triton.jit kernel: `kernel[grid](*args, **kwargs)` records the call."""
+
+    def __init__(self, fn, calls):
+        self.fn, self.calls = fn, calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((self.fn, args, kwargs))
+
+
+def signature(fn, args, kwargs):
+    sig, constexprs = {}, {}
+    values = dict(zip(fn.arg_names, args), **{k: v for k, v in kwargs.items() if k in fn.arg_names})
+    for p in fn.params:
+        v = values[p.name]
+        if p.is_constexpr:
+            sig[p.name], constexprs[p.name] = "constexpr", v
+        elif isinstance(v, torch.Tensor):
+            sig[p.name] = "*" + TYPES[v.dtype]
+        else:
+            sig[p.name] = "i64" if abs(int(v)) >= 2 ** 31 else "i32"
+    return sig, constexprs
+
+
+def calls_for(m, heads, values, page):
+    """Run every op's wrapper once on CPU tensors with recorded kernels."""
+    calls = []
+    for name in dir(m):
+        obj = getattr(m, name)
+        if name.endswith("_kernel") and hasattr(obj, "arg_names"):
+            setattr(m, name, Recorder(obj, calls))
+    tokens = 40
+    cache = m.alloc_cache(8, page, heads=heads, values=values, device="cpu")
+    x = torch.randn(tokens, heads, values, dtype=torch.bfloat16)
+    loc = torch.arange(tokens)
+    if "quantize_store" in m.OPS:
+        m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
+    if "append" in m.OPS:
+        m.append(*([x] * len(m.PLANES)), loc, cache, page)
+    if "gather_dequant" in m.OPS:
+        m.gather_dequant(cache, loc, page)
+    if "quantize" in m.OPS:
+        data, scale = m.quantize_ref(x)
+        m.quantize(x)
+        m.dequantize(data, scale)
+    return calls
+
+
+def main() -> int:
+    failures = 0
+    for name in LAYOUTS:
+        m = importlib.import_module(f"generated.{name}")
+        shapes = {(m.HEADS or 8, m.VALUES or 128, max(64, m.PAGE_SIZE_MULTIPLE))}
+        for heads, values, page in sorted(shapes):
+            for fn, args, kwargs in calls_for(m, heads, values, page):
+                sig, constexprs = signature(fn, args, kwargs)
+                options = {"num_warps": kwargs.get("num_warps", 4)}
+                record = {"layout": name, "kernel": fn.__name__, "heads": heads, "values": values, "page": page}
+                try:
+                    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+                                              target=TARGET, options=options)
+                    cubin = compiled.asm["cubin"]
+                    record.update(ok=bool(cubin), **resource_usage(cubin))
+                except Exception as exc:  # noqa: BLE001 - report every failure, then fail
+                    record.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}")
+                failures += not record["ok"]
+                print(json.dumps(record), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

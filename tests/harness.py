@@ -1,0 +1,72 @@
+"""Shared helpers for the kernel cross-checks: which layouts exist, their test sizes, caches
+filled with random bytes, and bit-level comparisons."""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import torch
+
+from tests.conftest import DEVICE
+from tests.corpus import random_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYOUTS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
+
+
+def module(name: str):
+    return importlib.import_module(f"generated.{name}")
+
+
+def cases(op: str) -> list:
+    """(layout,) for every layout whose spec asks for op: new specs are picked up automatically."""
+    return [name for name in LAYOUTS if op in module(name).OPS]
+
+
+def dims(m) -> tuple:
+    """(heads, values, page_size) to test a layout at: odd where the spec allows it."""
+    heads = m.HEADS or 3
+    values = m.VALUES or 96
+    page = 7 if m.PAGE_SIZE_MULTIPLE == 1 else 2 * m.PAGE_SIZE_MULTIPLE
+    return heads, values, page
+
+
+def fresh_cache(m, num_pages: int, page: int, heads: int, values: int, gen):
+    cache = m.alloc_cache(num_pages, page, heads=heads, values=values, device=DEVICE)
+    for t in cache:
+        random_bytes(t, gen)
+    return cache
+
+
+def clone(m, cache):
+    return m.Cache(*(t.clone() for t in cache))
+
+
+def as_bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def assert_same_bytes(got, want, what: str) -> None:
+    """Bit-exact equality with a readable count of the differing elements."""
+    got_b, want_b = as_bits(got), as_bits(want)
+    assert got_b.shape == want_b.shape, f"{what}: shapes {tuple(got_b.shape)} != {tuple(want_b.shape)}"
+    bad = (got_b != want_b)
+    if bad.any():
+        first = bad.flatten().nonzero()[:5].flatten().tolist()
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} elements differ; first at flat index "
+                             f"{first}: got {[hex(int(v)) for v in got_b.flatten()[first]]}, "
+                             f"want {[hex(int(v)) for v in want_b.flatten()[first]]}")
+
+
+def assert_same_cache(m, got, want, what: str) -> None:
+    for field, a, b in zip(m.Cache._fields, got, want):
+        assert_same_bytes(a, b, f"{what}: cache.{field}")
+
+
+def unique_slots(num_slots: int, count: int, gen, extra=()) -> torch.Tensor:
+    """count distinct slots in random order; the first len(extra) are replaced by `extra`
+    (negative slots, the sink, slots past the cache)."""
+    loc = torch.randperm(num_slots, generator=gen)[:count]
+    for i, v in enumerate(extra):
+        loc[i * 7 % count] = v
+    return loc

@@ -1,0 +1,146 @@
+"""The kvlayout CLI: spec errors point at file:line:col with exit 2; generate/check/explain."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT
+
+GOOD = (ROOT / "specs" / "dsv4_k.yaml").read_text()
+
+
+def kvlayout(*args, root=ROOT):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "codegen", "--root", str(root), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def copy_repo(tmp_path: Path) -> Path:
+    for part in ("specs", "generated"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "codegen").mkdir()
+    return tmp_path
+
+
+def with_spec(tmp_path: Path, text: str, name: str = "dsv4_k.yaml") -> Path:
+    (tmp_path / "specs").mkdir(exist_ok=True)
+    (tmp_path / "codegen").mkdir(exist_ok=True)
+    (tmp_path / "specs" / name).write_text(text)
+    return tmp_path
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+BAD_SPECS = [
+    # (what, edited spec, "line:col", words the message must contain)
+    ("wrong type", edit(GOOD, "heads: 1", "heads: one"), "9:8", ["heads", "expected an integer", "'one'"]),
+    ("unknown field", edit(GOOD, "record:", "recrod:"), "15:1", ["unknown field 'recrod'", "did you mean 'record'"]),
+    ("group does not divide", edit(GOOD, "group: {values: 64}", "group: {values: 60}"), "23:12",
+     ["60 does not divide", "448"]),
+    ("missing field", edit(GOOD, "planes: [k]\n", ""), "2:1", ["missing required field 'planes'"]),
+    ("unknown scale group", edit(GOOD, "scale: nope}", "scale: nop}"), "16:57", ["no scale group named 'nop'"]),
+    ("order misses a coordinate", edit(GOOD, "order: [slot, head, scale]", "order: [slot, scale]"), "29:28",
+     ["missing coordinate 'head'"]),
+    ("split needs page multiple", edit(GOOD, "order: [slot, head]}", "order: [slot % 32, slot // 32, head]}"),
+     "28:32", ["page.size_multiple_of"]),
+    ("name mismatch", edit(GOOD, "name: dsv4_k", "name: dsv5"), "3:7", ["must equal the file name"]),
+    ("bad enum", edit(GOOD, "dtype: fp8_e4m3fn", "dtype: fp8_e4m3"), "16:38", ["did you mean 'fp8_e4m3fn'"]),
+    ("YAML syntax", edit(GOOD, "heads: 1", "heads: [1"), "10:5", ["YAML syntax error"]),
+    ("misaligned raw", edit(edit(GOOD, "values: 448", "values: 447"), "group: {values: 64}", "group: {values: 447}"),
+     None, ["not a multiple of 2"]),
+]
+
+
+@pytest.mark.parametrize("what,text,where,words", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+def test_bad_spec_is_reported_at_its_position(tmp_path, what, text, where, words):
+    root = with_spec(tmp_path, text)
+    for verb in (["generate"], ["check"], ["explain", "specs/dsv4_k.yaml"]):
+        proc = kvlayout(*verb, root=root)
+        assert proc.returncode == 2, (verb, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        line = next(l for l in proc.stderr.splitlines() if l.startswith("specs/dsv4_k.yaml:"))
+        if where:
+            assert line.startswith(f"specs/dsv4_k.yaml:{where}: "), line
+        for w in words:
+            assert w in line, (w, line)
+    assert not (root / "generated").exists(), "a failed generate must not write"
+
+
+def test_failed_generate_leaves_generated_untouched(tmp_path):
+    root = copy_repo(tmp_path)
+    before = {p: p.read_bytes() for p in (root / "generated").rglob("*") if p.is_file()}
+    (root / "specs" / "mxfp8_kv.yaml").write_text(edit((root / "specs" / "mxfp8_kv.yaml").read_text(),
+                                                       "group: {values: 32}", "group: {valuez: 32}"))
+    (root / "specs" / "dsv4_k.yaml").write_text(edit(GOOD, "align: 576", "align: 577"))  # valid change
+    proc = kvlayout("generate", root=root)
+    assert proc.returncode == 2 and "specs/mxfp8_kv.yaml:" in proc.stderr
+    after = {p: p.read_bytes() for p in (root / "generated").rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_check_is_clean_on_the_repo():
+    proc = kvlayout("check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_check_names_changed_missing_and_orphan_files(tmp_path):
+    root = copy_repo(tmp_path)
+    assert kvlayout("check", root=root).returncode == 0
+    changed = root / "generated" / "dsv4_k.py"
+    changed.write_text(changed.read_text().replace("NUM_WARPS = 4", "NUM_WARPS = 8"))
+    (root / "generated" / "compat" / "sglang_mxfp8.py").unlink()
+    (root / "generated" / "stray.py").write_text("x = 1\n")
+    proc = kvlayout("check", root=root)
+    assert proc.returncode == 1
+    assert "changed: generated/dsv4_k.py" in proc.stdout and "+NUM_WARPS = 4" in proc.stdout
+    assert "missing: generated/compat/sglang_mxfp8.py" in proc.stdout
+    assert "orphan: generated/stray.py" in proc.stdout
+    # generate repairs exactly those files, and then check is clean again
+    proc = kvlayout("generate", root=root)
+    assert proc.returncode == 0
+    assert sorted(l for l in proc.stdout.splitlines() if l.startswith(("wrote", "removed"))) == [
+        "removed generated/stray.py", "wrote generated/compat/sglang_mxfp8.py", "wrote generated/dsv4_k.py"]
+    assert kvlayout("check", root=root).returncode == 0
+    proc = kvlayout("generate", root=root)
+    assert "0 written, 0 removed" in proc.stdout
+
+
+def test_generate_one_spec_writes_only_its_module(tmp_path):
+    root = copy_repo(tmp_path)
+    (root / "generated" / "mxfp8_kv.py").unlink()
+    (root / "generated" / "stray.py").write_text("x = 1\n")
+    proc = kvlayout("generate", "specs/mxfp8_kv.yaml", root=root)
+    assert proc.returncode == 0, proc.stderr
+    assert [l for l in proc.stdout.splitlines() if l.startswith("wrote")] == ["wrote generated/mxfp8_kv.py"]
+    assert (root / "generated" / "stray.py").exists(), "orphans are only removed by a full generate"
+
+
+def test_explain_dsv4_byte_map():
+    proc = kvlayout("explain", "specs/dsv4_k.yaml", "--page-size", "64")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    # The seed's layout: 576-byte records, the 8-byte scale trailer at 64 * 576, pages of 37440 bytes.
+    assert "record: 576 bytes per token and head" in out
+    assert "buffer cache: 37440 bytes per page" in out
+    assert "bytes [  36864,   37376)  nope scales [slot:64, head:1, scale:8] x 1 B" in out
+    assert "bytes [  37376,   37440)  padding" in out
+    assert "slot 65 (page 1, slot 1): record at cache+38016; nope scales at cache+74312" in out
+
+
+def test_explain_mxfp8_interleaved_scales():
+    proc = kvlayout("explain", "specs/mxfp8_kv.yaml", "--page-size", "128", "--heads", "8", "--values", "128")
+    assert proc.returncode == 0, proc.stderr
+    assert "sf: 1024 bytes per page" not in proc.stdout
+    assert "buffer sf: 4096 bytes per page, alloc shape (num_pages, 8, 32, 4, 4) uint8" in proc.stdout
+
+
+def test_explain_rejects_sizes_the_spec_forbids():
+    proc = kvlayout("explain", "specs/mxfp8_kv.yaml", "--page-size", "48")
+    assert proc.returncode == 2 and "page_size must be a multiple of 32" in proc.stderr

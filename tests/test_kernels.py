@@ -1,0 +1,147 @@
+"""Every op of every spec: the Triton kernel against its torch reference, bit for bit.
+
+Without CUDA the kernels run in Triton's interpreter (with the GPU's conversions, see
+interpreter_fp8.py); with CUDA they run on the GPU. Outputs are poisoned with random bytes first,
+so any byte a kernel fails to write (or writes where it should not) shows up.
+"""
+import pytest
+import torch
+
+from tests.conftest import DEVICE
+from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
+from tests.harness import (assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
+                           unique_slots)
+
+SOURCE_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def source_rows(m, tokens: int, heads: int, values: int, dtype, gen) -> torch.Tensor:
+    """(tokens, heads, values): adversarial rows first (as many as fit), the rest random."""
+    adv = adversarial_rows(values, gen, torch.float32)
+    adv = adv[torch.randperm(adv.shape[0], generator=gen)]
+    rows = torch.cat([adv, scaled_normal((tokens * heads, values), gen, torch.float32)])[: tokens * heads]
+    rows = rows[torch.randperm(rows.shape[0], generator=gen)]
+    return rows.view(tokens, heads, values).to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", cases("gather_dequant"))
+def test_gather_dequant(name, out_dtype):
+    m = module(name)
+    gen = generator(11)
+    heads, values, page = dims(m)
+    num_pages = 9
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    num_slots = num_pages * page
+    tokens = 333
+    ids = torch.randint(0, num_slots, (tokens,), generator=gen)
+    ids[:4] = torch.tensor([-1, -7, num_slots, num_slots + 5])
+    ids = ids[torch.randperm(tokens, generator=gen)].to(torch.int32).to(DEVICE)
+    # Destinations are strided slices of poisoned workspaces; the margins must stay untouched.
+    work = [random_bytes(torch.empty(tokens + 2, heads, values + 16, dtype=out_dtype, device=DEVICE), gen)
+            for _ in m.PLANES]
+    work_ref = [w.clone() for w in work]
+    slices = lambda ws: tuple(w[1:tokens + 1, :, 8:8 + values] for w in ws)  # noqa: E731
+    out = slices(work) if len(m.PLANES) > 1 else slices(work)[0]
+    out_ref = slices(work_ref) if len(m.PLANES) > 1 else slices(work_ref)[0]
+    got = m.gather_dequant(cache, ids, page, out=out)
+    want = m.gather_dequant_ref(cache, ids, page, out=out_ref)
+    assert (got is out) and (want is out_ref)
+    for plane, a, b in zip(m.PLANES, work, work_ref):
+        assert_same_bytes(a, b, f"{name}.gather_dequant workspace ({plane})")
+    # The default destination: fresh bf16 tensors.
+    got = m.gather_dequant(cache, ids.to(torch.int64), page)
+    want = m.gather_dequant_ref(cache, ids.to(torch.int64), page)
+    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+        assert a.dtype == torch.bfloat16 and a.shape == (tokens, heads, values)
+        assert_same_bytes(a, b, f"{name}.gather_dequant default out")
+
+
+@pytest.mark.parametrize("src_dtype", SOURCE_DTYPES, ids=str)
+@pytest.mark.parametrize("name", cases("quantize_store"))
+def test_quantize_store(name, src_dtype):
+    m = module(name)
+    gen = generator(12)
+    heads, values, page = dims(m)
+    tokens = 333
+    num_pages = -(-tokens * 3 // 2 // page)
+    num_slots = num_pages * page
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    before = clone(m, cache)
+    cache_ref = clone(m, cache)
+    srcs = [source_rows(m, tokens, heads, values, src_dtype, gen) for _ in m.PLANES]
+    extra = [-1, -5, num_slots, num_slots + 9] + ([m.SINK_SLOT] if m.SINK_SLOT is not None else [])
+    loc = unique_slots(num_slots, tokens, gen, extra).to(DEVICE)
+    m.quantize_store(*srcs, loc, cache, page)
+    m.quantize_store_ref(*srcs, loc, cache_ref, page)
+    assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store")
+    if m.SINK_SLOT is not None:   # the sink slot's bytes never change
+        ids = torch.tensor([m.SINK_SLOT], device=DEVICE)
+        for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in
+                          (m.gather_dequant_ref(cache, ids, page), m.gather_dequant_ref(before, ids, page)))):
+            assert_same_bytes(a, b, f"{name}: sink slot")
+
+
+@pytest.mark.parametrize("src_dtype", SOURCE_DTYPES, ids=str)
+@pytest.mark.parametrize("name", cases("quantize"))
+def test_quantize(name, src_dtype):
+    m = module(name)
+    gen = generator(13)
+    values = m.VALUES or 96
+    rows = adversarial_rows(values, gen, torch.float32)
+    rows = torch.cat([rows, scaled_normal((77, values), gen, torch.float32)])
+    x = rows[: rows.shape[0] // 3 * 3].view(3, -1, values).to(src_dtype).to(DEVICE)
+    data, scale = m.quantize(x)
+    data_ref, scale_ref = m.quantize_ref(x)
+    assert data.dtype == data_ref.dtype and data.shape[:-1] == x.shape[:-1] and scale.shape[:-1] == x.shape[:-1]
+    assert_same_bytes(data, data_ref, f"{name}.quantize data")
+    assert_same_bytes(scale, scale_ref, f"{name}.quantize scale")
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", cases("dequantize"))
+def test_dequantize(name, out_dtype):
+    m = module(name)
+    gen = generator(14)
+    values = m.VALUES or 96
+    data, scale = m.quantize_ref(torch.zeros(2, 5, values, device=DEVICE))
+    data = random_bytes(torch.empty((2, 301) + data.shape[2:], dtype=data.dtype, device=DEVICE), gen)
+    scale = random_bytes(torch.empty((2, 301) + scale.shape[2:], dtype=scale.dtype, device=DEVICE), gen)
+    got = m.dequantize(data, scale, out_dtype)
+    want = m.dequantize_ref(data, scale, out_dtype)
+    assert got.dtype == out_dtype and got.shape == (2, 301, values)
+    assert_same_bytes(got, want, f"{name}.dequantize")
+
+
+@pytest.mark.parametrize("name", cases("append"))
+def test_append(name):
+    """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents."""
+    m = module(name)
+    gen = generator(15)
+    heads, values, page = dims(m)
+    num_pages = 12
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    cache_ref = clone(m, cache)
+    pages = torch.randperm(num_pages, generator=gen).tolist()
+    lengths = [page + 19, 45, 7, 1]                       # tokens already in each sequence
+    seqs = [[pages[2 * i] * page, pages[2 * i + 1] * page] for i in range(len(lengths))]
+
+    def slot(seq, t):
+        return seqs[seq][t // page] + t % page
+
+    # Prefill: every sequence's tokens in one call, sequences one after another.
+    loc = [slot(s, t) for s, n in enumerate(lengths) for t in range(n)] + [-1]
+    steps = [torch.tensor(loc)]
+    # Decode: one token per sequence per call, magnitudes rising so block exponents grow.
+    for step in range(4):
+        steps.append(torch.tensor([slot(s, n + step) for s, n in enumerate(lengths)] + [-3]))
+    for i, loc in enumerate(steps):
+        growth = 2.0 ** (3 * i)
+        v = (scaled_normal((loc.numel(), heads, values), gen, torch.float32) * growth).to(torch.bfloat16)
+        if i == 0:
+            v[1] = adversarial_rows(values, gen)[-6: -6 + heads]   # specials inside one block
+        v, loc = v.to(DEVICE), loc.to(DEVICE)
+        m.append(v, loc, cache, page)
+        m.append_ref(v, loc, cache_ref, page)
+        assert_same_cache(m, cache, cache_ref, f"{name}.append step {i}")

@@ -1,0 +1,122 @@
+"""Numerics that do not depend on comparing kernels with references: the scale rule against its
+definition, quantization error bounds, and the interpreter's GPU conversions."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from tests.conftest import DEVICE, ON_GPU
+from tests.corpus import all_bf16, generator, scaled_normal
+from tests.harness import LAYOUTS, module
+
+FMAX = {"fp8_e4m3fn": 448.0, "fp8_e5m2": 57344.0}
+
+
+def groups():
+    """(layout, group name, fmax, floor, lo, hi) for every scale group of every spec."""
+    from codegen.build import build_layout, load_spec
+    from tests.harness import ROOT
+    out = []
+    for name in LAYOUTS:
+        kind, tree, display, digest = load_spec(ROOT / "specs" / f"{name}.yaml", ROOT)
+        layout = build_layout(tree, display, digest)
+        for g in layout.scales:
+            seg = next(s for s in layout.segments if s.name == g.segment)
+            out.append((name, g.name, seg.element.fmax, g.amax_floor, g.exponent_lo, g.exponent_hi))
+    return out
+
+
+@pytest.mark.parametrize("name,group,fmax,floor,lo,hi", groups())
+def test_scale_exponent_is_the_smallest_power_of_two_that_fits(name, group, fmax, floor, lo, hi):
+    """rceil: the smallest e with max(amax, floor) <= fmax * 2^e, clamped to [lo, hi]; checked
+    exactly (float64 products of powers of two) for every non-negative finite bf16 amax and 2^20
+    random fp32 ones."""
+    m = module(name)
+    exponent = getattr(m, f"_ref_{group}_exponent")
+    bf16 = all_bf16().to(torch.float32)
+    gen = generator(3)
+    fp32 = torch.randint(0, 0x7F800000, (1 << 20,), dtype=torch.int32, generator=gen).view(torch.float32)
+    amax = torch.cat([bf16[(bf16 >= 0) & bf16.isfinite()], fp32])
+    e = exponent(amax.view(torch.int32)).to(torch.float64)
+    a = amax.to(torch.float64).clamp(min=floor or 0.0)
+    fits = a <= fmax * torch.exp2(e)
+    smallest = (e == lo) | (a > fmax * torch.exp2(e - 1))
+    in_range = (e >= lo) & (e <= hi)
+    assert bool(in_range.all())
+    assert bool((fits | (e == hi)).all()), amax[~(fits | (e == hi))][:5]
+    assert bool(smallest.all()), amax[~smallest][:5]
+    # An infinite amax takes the largest exponent.
+    assert int(exponent(torch.tensor([float("inf")]).view(torch.int32))) == hi
+
+
+@pytest.mark.parametrize("name", [n for n in LAYOUTS if "quantize" in module(n).OPS])
+def test_quantization_error_is_half_an_fp8_step(name):
+    """|dequantize(quantize(x)) - x| <= max(|x| * 2^-4, 2^(e - 10)) for e4m3 (3 mantissa bits,
+    subnormal step 2^-9 at scale 2^e), for finite rows over scales 2^-20..2^20."""
+    m = module(name)
+    values = m.VALUES or 128
+    x = scaled_normal((64, values), generator(4), torch.float32).to(torch.bfloat16).to(DEVICE)
+    data, scale = m.quantize(x)
+    y = m.dequantize(data, scale, torch.float32)
+    err = (y - x.float()).abs()
+    bound = (x.float().abs() * 2.0 ** -4).clamp(min=0)
+    # per-tile scale, expanded per value: the largest exponent in the row bounds the subnormal step
+    e = scale.to(torch.float32).amax(-1, keepdim=True) - 127
+    bound = torch.maximum(bound, torch.exp2(e - 10))
+    quantized = [s for s in range(values)]  # raw segments are exact, quantized within the bound
+    assert bool((err[..., quantized] <= bound[..., quantized]).all())
+
+
+@triton.jit
+def _convert_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def convert(x: torch.Tensor, dtype) -> torch.Tensor:
+    y = torch.empty(x.shape, dtype=dtype, device=x.device)
+    _convert_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def bits(t):
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+FACTS_ENCODE = [  # fp32 value -> e4m3fn code, as cvt.rn.satfinite.e4m3x2.f32 gives on an H200
+    (1.0625, 0x38), (1.1875, 0x3A), (126.24, 0x70), (464.0, 0x7E), (480.0, 0x7E), (1e30, 0x7E),
+    (float("inf"), 0x7E), (-float("inf"), 0xFE), (float("nan"), 0x7F), (-float("nan"), 0x7F),
+    (2.0 ** -9, 0x01), (2.0 ** -10, 0x00), (3 * 2.0 ** -11, 0x01), (-0.0, 0x80), (2.0 ** -7 * 1.0625, 0x04), (2.0 ** -6 * 1.0625, 0x08),
+]
+FACTS_BF16 = [(1 + 2 ** -8, 0x3F80), (1 + 3 * 2 ** -8, 0x3F82), (float("nan"), 0x7FFF), (-float("nan"), 0x7FFF),
+              (3.4e38, 0x7F80), (-2.0 ** -135, -0x8000)]
+
+
+def test_conversions_match_the_gpu():
+    """The GPU's own fp8/bf16 conversions (facts measured on an H200, tools/probe_numerics.py);
+    under the interpreter this exercises tests/interpreter_fp8.py."""
+    x = torch.tensor([v for v, _ in FACTS_ENCODE], dtype=torch.float32, device=DEVICE)
+    got = bits(convert(x, torch.float8_e4m3fn)).cpu().tolist()
+    assert got == [c for _, c in FACTS_ENCODE]
+    x = torch.tensor([v for v, _ in FACTS_BF16], dtype=torch.float32, device=DEVICE)
+    assert bits(convert(x, torch.bfloat16)).cpu().tolist() == [c for _, c in FACTS_BF16]
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).to(DEVICE)
+    decoded = bits(convert(codes, torch.float32)).cpu()
+    expect = bits(codes.cpu().to(torch.float32))
+    nan = torch.tensor([0x7F, 0xFF])
+    assert torch.equal(decoded[nan], torch.tensor([0x7FFFFFFF, 0x7FFFFFFF], dtype=torch.int32))
+    keep = torch.ones(256, dtype=torch.bool)
+    keep[nan] = False
+    assert torch.equal(decoded[keep], expect[keep])
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the CPU interpreter patch")
+def test_interpreter_patch_matches_the_measured_gpu_rule_on_every_bf16_pattern():
+    """fp32 -> e4m3fn through the interpreter equals RNE-with-saturation (what the H200 did for all
+    2^32 fp32 inputs, tools/probe_numerics.py) on every bf16 bit pattern."""
+    x = all_bf16().to(torch.float32)
+    got = bits(convert(x, torch.float8_e4m3fn))
+    q = torch.where(x.isnan(), x, x.clamp(-448, 448))
+    want = torch.where(q.isnan(), 0x7F, bits(q.to(torch.float8_e4m3fn)).to(torch.int32)).to(torch.uint8)
+    assert torch.equal(got, want)
