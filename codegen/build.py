@@ -82,18 +82,46 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                             f"{'a ' + kind + '-grouped' if kind else 'an unscaled'} layout",
                             f"use {', '.join(OPS_BY_SCALE_KIND[kind])}")
     sink = tree["slots"]["sink"]
-    tuning = tree["tuning"]
-    block_tokens = tuning["block_tokens"]
-    if block_tokens is not None and block_tokens & (block_tokens - 1):
-        raise SpecError(tree["tuning"].value_mark("block_tokens"), "tuning.block_tokens must be a power of two",
-                        f"use {1 << (block_tokens.bit_length() - 1)}")
+    launch = _launch(tree, ops)
     return Layout(
         name=tree["name"], summary=tree["summary"], spec_path=display, spec_sha256=digest,
         planes=tuple(tree["planes"]), heads=heads, values=values, page_size_multiple=multiple, page_align=align,
         sink=sink, segments=segments, record_bytes=record_bytes,
-        scales=tuple(groups.values()), buffers=buffers, ops=ops, block_tokens=block_tokens,
-        num_warps=tuning["num_warps"] or 4, runtime_checks=tuple(dict.fromkeys(checks)),
+        scales=tuple(groups.values()), buffers=buffers, ops=ops, launch=launch,
+        runtime_checks=tuple(dict.fromkeys(checks)),
     )
+
+
+# Launch shapes measured best on an H200 (bench/RESULTS.md); a spec's `tuning` overrides them.
+DEFAULT_LAUNCH = {
+    "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4},
+    "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4},
+    "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
+    "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
+    "append": {"columns": 64, "entries": 32, "split": 16384, "num_warps": 2},
+}
+POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries")
+
+
+def _launch(tree, ops) -> dict:
+    out = {op: dict(DEFAULT_LAUNCH[op]) for op in ops}
+    tuning = tree["tuning"]
+    for op, knobs in tuning.items():
+        where = f"tuning.{op}"
+        if op not in ops:
+            raise SpecError(tuning.key_mark(op), f"{where}: the spec does not generate {op!r}",
+                            f"tune one of {', '.join(ops)}")
+        for knob, value in knobs.items():
+            if value is None:
+                continue
+            if knob not in DEFAULT_LAUNCH[op]:
+                raise SpecError(knobs.key_mark(knob), f"{where}.{knob}: {op} has no such knob",
+                                f"its knobs are {', '.join(DEFAULT_LAUNCH[op])}")
+            if knob in POWER_OF_TWO_KNOBS and value & (value - 1):
+                raise SpecError(knobs.value_mark(knob), f"{where}.{knob}: {value} is not a power of two",
+                                f"use {1 << (value.bit_length() - 1)}")
+            out[op][knob] = value
+    return out
 
 
 def _scale_groups(tree) -> dict:

@@ -73,10 +73,15 @@ PAGE = Obj(title="page rules", fields={
     "align": Field(Int(minimum=1), "each page's bytes are rounded up to a multiple of this (DSv4: 576)", 1),
 })
 
-TUNING = Obj(title="tuning knobs", fields={
-    "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: derived from the record size", None),
-    "num_warps": Field(OneOf((Int(minimum=1), Null())), "warps per program; null: derived", None),
+LAUNCH = Obj(title="launch knobs of one op", fields={
+    "elements": Field(Int(minimum=32), "values one program handles per step (a power of two); sets tokens per program", None),
+    "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values", None),
+    "num_warps": Field(Int(minimum=1, maximum=32), "warps per program", None),
+    "columns": Field(Int(minimum=1), "append: value indices per program (a power of two)", None),
+    "entries": Field(Int(minimum=1), "append: loc entries per program above `split` entries (a power of two)", None),
+    "split": Field(Int(minimum=0), "append: up to this many entries, one program per entry", None),
 })
+TUNING = MapOf(LAUNCH, key_pattern="|".join(OPS))
 
 LAYOUT = Obj(title="a layout spec", fields={
     "kvlayout": Field(Int(minimum=1, maximum=1), "spec language version; always 1"),
@@ -94,7 +99,7 @@ LAYOUT = Obj(title="a layout spec", fields={
                      "the cache tensors of one plane, by name; each is a run of pages and each page the listed regions "
                      "in order"),
     "ops": Field(ListOf(Str(enum=OPS), min_items=1, unique=True), "the operations to generate"),
-    "tuning": Field(TUNING, "launch shape overrides", {"block_tokens": None, "num_warps": None}),
+    "tuning": Field(TUNING, "launch shape per op, overriding kvlayout's defaults (see bench/RESULTS.md)", {}),
 })
 
 PARAM = r"[a-z_][a-z0-9_]*(=(None|-?[0-9]+|torch\.[a-z0-9_]+))?"

@@ -119,8 +119,7 @@ class Layout:
     scales: tuple                 # ScaleGroup, in spec order
     buffers: tuple                # Buffer, in spec order
     ops: tuple
-    block_tokens: int | None
-    num_warps: int | None
+    launch: dict                  # op -> {knob: value}: the launch shape of each op
     runtime_checks: tuple = field(default=())   # (Expr, n, message): geometry() checks Expr % n == 0
 
     # -- lookups used by templates -------------------------------------------------------

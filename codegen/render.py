@@ -36,6 +36,7 @@ def _env() -> jinja2.Environment:
     env.filters["pytuple"] = lambda xs: "(" + ", ".join(repr(x) for x in xs) + ("," if len(xs) == 1 else "") + ")"
     env.filters["suffix"] = lambda xs, suffix: [f"{x}{suffix}" for x in xs]
     env.filters["wrap_params"] = wrap_params
+    env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"
     env.globals.update(FP32_BIAS=FP32_BIAS, FP32_MANTISSA_BITS=FP32_MANTISSA_BITS, op_params=op_params)
     return env
 

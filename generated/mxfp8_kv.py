@@ -42,9 +42,13 @@ SINK_SLOT = 0
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
-ELEMENTS_PER_PROGRAM = 4096     # values one program handles per tile loop step
-BLOCK_TOKENS = None             # tokens per program; None: derived from the value count
-NUM_WARPS = 4
+# Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
+LAUNCH = {
+    "quantize_store": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+    "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+    "quantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+    "dequantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+}
 
 
 class Cache(NamedTuple):
@@ -213,12 +217,15 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _launch(values: int) -> dict:
-    """Tokens per program and tile-loop chunks for one value count (powers of two)."""
-    rows = BLOCK_TOKENS or _prev_pow2(max(1, min(64, ELEMENTS_PER_PROGRAM // values)))
+def _launch(op: str, values: int) -> dict:
+    """Tokens per program, tile-loop chunks and warps of one op for one value count."""
+    knobs = LAUNCH[op]
+    elements = knobs["elements"]
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, elements // values)))
     return dict(
         BLOCK_T=rows,
-        X_CHUNK=_prev_pow2(min(_next_pow2(values // 32), max(1, ELEMENTS_PER_PROGRAM // (rows * 32)))),
+        num_warps=knobs["num_warps"],
+        X_CHUNK=_prev_pow2(min(_next_pow2(values // 32), max(1, elements // (rows * 32)))),
     )
 
 
@@ -386,12 +393,12 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
     n_tokens, heads, values = srcs[0].shape
     if n_tokens == 0:
         return
-    launch = _launch(values)
+    launch = _launch("quantize_store", values)
     grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
     _quantize_store_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,
-        num_warps=NUM_WARPS, **launch, **geo)
+        **launch, **geo)
 
 
 @triton.jit
@@ -455,12 +462,12 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     n_tokens = token_ids.shape[0]
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
-    launch = _launch(geo["VALUES"])
+    launch = _launch("gather_dequant", geo["VALUES"])
     grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        CANON_NAN=outs[0].dtype == torch.float32, num_warps=NUM_WARPS, **launch, **geo)
+        CANON_NAN=outs[0].dtype == torch.float32, **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
 
 
@@ -520,9 +527,9 @@ def quantize(x: torch.Tensor):
     data = torch.empty((n_rows, geo["RECORD_BYTES"]), dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
     if n_rows:
-        launch = _launch(geo["VALUES"])
+        launch = _launch("quantize", geo["VALUES"])
         grid = (triton.cdiv(n_rows, launch["BLOCK_T"]),)
-        _quantize_kernel[grid](x2, x2.stride(0), n_rows, data, scale, num_warps=NUM_WARPS, **launch, **geo)
+        _quantize_kernel[grid](x2, x2.stride(0), n_rows, data, scale, **launch, **geo)
     return data.view(*lead, geo["RECORD_BYTES"]), scale.view(*lead, geo["DENSE_SCALES"])
 
 
@@ -571,10 +578,9 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
     n_rows, values = data2.shape[0], geo["VALUES"]
     out = torch.empty((n_rows, values), dtype=out_dtype, device=data.device)
     if n_rows:
-        launch = _launch(values)
+        launch = _launch("dequantize", values)
         grid = (triton.cdiv(n_rows, launch["BLOCK_T"]),)
-        _dequantize_kernel[grid](data2, scale2, n_rows, out, CANON_NAN=out_dtype == torch.float32,
-                                 num_warps=NUM_WARPS, **launch, **geo)
+        _dequantize_kernel[grid](data2, scale2, n_rows, out, CANON_NAN=out_dtype == torch.float32, **launch, **geo)
     return out.view(*lead, values)
 
 

@@ -40,9 +40,11 @@ SINK_SLOT = None
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
-ELEMENTS_PER_PROGRAM = 4096     # values one program handles per tile loop step
-BLOCK_TOKENS = None             # tokens per program; None: derived from the value count
-NUM_WARPS = 4
+# Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
+LAUNCH = {
+    "append": {'columns': 64, 'entries': 32, 'split': 16384, 'num_warps': 2},
+    "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+}
 
 
 class Cache(NamedTuple):
@@ -202,12 +204,15 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _launch(values: int) -> dict:
-    """Tokens per program and tile-loop chunks for one value count (powers of two)."""
-    rows = BLOCK_TOKENS or _prev_pow2(max(1, min(64, ELEMENTS_PER_PROGRAM // values)))
+def _launch(op: str, values: int) -> dict:
+    """Tokens per program, tile-loop chunks and warps of one op for one value count."""
+    knobs = LAUNCH[op]
+    elements = knobs["elements"]
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, elements // values)))
     return dict(
         BLOCK_T=rows,
-        X_CHUNK=_prev_pow2(min(_next_pow2(values), max(1, ELEMENTS_PER_PROGRAM // (rows * 1)))),
+        num_warps=knobs["num_warps"],
+        X_CHUNK=_prev_pow2(min(_next_pow2(values), max(1, elements // (rows * 1)))),
     )
 
 
@@ -319,33 +324,38 @@ def _append_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
-    ENTRIES: tl.constexpr, VALUES_P2: tl.constexpr,
+    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
     SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
 ):
-    """ENTRIES consecutive loc entries of one (plane, head) per program.
+    """ENTRIES consecutive loc entries, one (plane, head) and COLUMNS value indices per program.
 
     An entry leads its 32-slot block when no earlier entry among the previous 32 lands in the
     same block (a block's entries must lie within 32 consecutive entries, as with per-sequence
     contiguous slots). The leader merges the block's new exponents with the stored ones,
     rescales the kept payload, and writes the new codes and exponents; other entries do nothing.
+    Value indices are independent (one exponent each), so columns split across programs.
     """
     head = tl.program_id(1) % HEADS
-    window = tl.arange(0, 32)
-    dim = tl.arange(0, VALUES_P2)
+    first = tl.program_id(0) * ENTRIES
+    dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
     dim_ok = dim < VALUES
+    window = tl.arange(0, 32)
+    entry = tl.arange(0, ENTRIES)
+    # The leaders among this program's entries, all at once.
+    mine = tl.load(loc_ptr + first + entry, mask=first + entry < n_tokens, other=-1).to(tl.int64)
+    before = first + entry[:, None] - 32 + window[None, :]
+    prev = tl.load(loc_ptr + before, mask=(before >= 0) & (before < n_tokens), other=-1).to(tl.int64)
+    led_before = tl.max(((prev >= 0) & (prev < num_slots) & (prev // 32 == (mine // 32)[:, None])).to(tl.int32), axis=1)
+    leader = ((mine >= 0) & (mine < num_slots) & (led_before == 0)).to(tl.int32)
     for k in range(ENTRIES):
-        n = tl.program_id(0) * ENTRIES + k
-        my_loc = tl.load(loc_ptr + n, mask=n < n_tokens, other=-1).to(tl.int64)
-        block_id = my_loc // 32
-        before = n - 32 + window
-        prev = tl.load(loc_ptr + before, mask=(before >= 0) & (before < n_tokens), other=-1).to(tl.int64)
-        led_before = tl.max(((prev >= 0) & (prev < num_slots) & (prev // 32 == block_id)).to(tl.int32), axis=0)
-        if (n < n_tokens) & (my_loc >= 0) & (my_loc < num_slots) & (led_before == 0):
-    # This entry leads its block: gather the block's entries among the next 32.
+        if tl.sum(tl.where(entry == k, leader, 0), axis=0) > 0:
+            n = first + k
+            block_id = tl.sum(tl.where(entry == k, mine, 0), axis=0) // 32
+            # This entry leads its block: gather the block's entries among the next 32.
             after = n + window
             nxt = tl.load(loc_ptr + after, mask=after < n_tokens, other=-1).to(tl.int64)
             hit = (nxt >= 0) & (nxt < num_slots) & (nxt // 32 == block_id)            # [32] entries
@@ -382,10 +392,6 @@ def _append_kernel(
             tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
 
 
-APPEND_SPLIT = 16384   # up to this many entries, one program per entry; above, ENTRIES_PER_PROGRAM
-ENTRIES_PER_PROGRAM = 16
-
-
 def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
     """Append rows to the seq-blocked cache, one ue8m0 exponent per 32-slot block, head and value index.
 
@@ -400,12 +406,14 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     n_tokens, heads, values = srcs[0].shape
     if n_tokens == 0:
         return
-    entries = 1 if n_tokens <= APPEND_SPLIT else ENTRIES_PER_PROGRAM
-    grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads)
+    knobs = LAUNCH["append"]
+    entries = 1 if n_tokens <= knobs["split"] else knobs["entries"]
+    columns = min(knobs["columns"], _next_pow2(values))
+    grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads, triton.cdiv(values, columns))
     _append_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,
-        ENTRIES=entries, VALUES_P2=_next_pow2(values), num_warps=NUM_WARPS, **geo)
+        ENTRIES=entries, COLUMNS=columns, num_warps=knobs["num_warps"], **geo)
 
 
 @triton.jit
@@ -455,12 +463,12 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     n_tokens = token_ids.shape[0]
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
-    launch = _launch(geo["VALUES"])
+    launch = _launch("gather_dequant", geo["VALUES"])
     grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        CANON_NAN=outs[0].dtype == torch.float32, num_warps=NUM_WARPS, **launch, **geo)
+        CANON_NAN=outs[0].dtype == torch.float32, **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
 
 

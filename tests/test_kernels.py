@@ -114,10 +114,13 @@ def test_dequantize(name, out_dtype):
     assert_same_bytes(got, want, f"{name}.dequantize")
 
 
+@pytest.mark.parametrize("launch", [{}, {"split": 0, "columns": 64}], ids=["entry", "chunked"])
 @pytest.mark.parametrize("name", cases("append"))
-def test_append(name):
-    """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents."""
+def test_append(name, launch, monkeypatch):
+    """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
+    Both launch shapes: one program per entry, and chunks of entries with split columns."""
     m = module(name)
+    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
     heads, values, page = dims(m)
     num_pages = 12

@@ -1,0 +1,284 @@
+"""`kvlayout bench`: every spec x op on the GPU, in realistic scenarios, against a device copy.
+
+Scenarios:
+  decode   a batch of sequences appending one token each into scattered pages
+  prefill  contiguous runs of slots (whole sequences written at once)
+  gather   page tables of whole sequences: random pages, contiguous within a page
+  random   uniformly random slots (the worst case)
+  dense    plain (rows, values) tensors
+Bytes are counted minimally: each input read once, each output written once. The device copy
+(read + write of 1 GiB) is measured in the same run. Times are medians of triton.testing.do_bench;
+small sizes also report the per-call time of 100 calls replayed from one CUDA graph.
+
+    python -m bench.run [--quick] [--json PATH] [--only LAYOUT[.OP]]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+COPY_BYTES = 1 << 30
+GRAPH_CALLS = 100
+SMALL_TOKENS = 2048
+
+
+@dataclass
+class Case:
+    layout: str
+    op: str
+    scenario: str
+    size: str
+    bytes: int                  # minimal bytes moved (read + write)
+    fn: object = None           # the call to time
+    working_set: int = 0        # bytes of the tensors involved
+    small: bool = False
+
+
+@dataclass
+class Result:
+    layout: str
+    op: str
+    scenario: str
+    size: str
+    us: float
+    gbps: float
+    pct_copy: float
+    graph_us: float | None
+    working_set_mb: float
+
+
+def device_copy_gbps() -> float:
+    a = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    ms = triton.testing.do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median")
+    return 2 * COPY_BYTES / ms / 1e6
+
+
+def nonzero_normal(shape, dtype=torch.bfloat16):
+    """Random data with per-row scales over 2^-8..2^8 (never all zero)."""
+    x = torch.randn(shape, device="cuda", dtype=torch.float32)
+    k = torch.randint(-8, 9, shape[:1] + (1,) * (len(shape) - 1), device="cuda").float()
+    return (x * torch.exp2(k)).to(dtype)
+
+
+def filled_cache(m, num_pages, page, heads, values):
+    cache = m.alloc_cache(num_pages, page, heads=heads, values=values, device="cuda")
+    for t in cache:
+        t.view(torch.uint8).random_(0, 255)
+    return cache
+
+
+def nbytes(*ts) -> int:
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def decode_slots(batch: int, num_pages: int, page: int) -> torch.Tensor:
+    """One token per sequence: each sequence owns a random page and appends at a random offset."""
+    pages = torch.randperm(num_pages, device="cuda")[:batch]
+    return pages * page + torch.randint(0, page, (batch,), device="cuda")
+
+
+def paged_slots(tokens: int, num_pages: int, page: int) -> torch.Tensor:
+    """Sequences laid out by a page table: random pages, consecutive slots within each page."""
+    pages = torch.randperm(num_pages, device="cuda")[: -(-tokens // page)]
+    return (pages[:, None] * page + torch.arange(page, device="cuda")[None, :]).flatten()[:tokens]
+
+
+prefill_slots = paged_slots   # a prefill writes whole sequences: contiguous runs of slots
+gather_ids = paged_slots      # a reader walks the same page tables
+
+
+def random_slots(tokens: int, num_slots: int) -> torch.Tensor:
+    return torch.randperm(num_slots, device="cuda")[:tokens]
+
+
+def record_bytes(m, geo) -> int:
+    """Bytes of one token-and-head record plus its used scale bytes (no padding)."""
+    return geo["RECORD_BYTES"] + sum(v for k, v in geo.items() if k.endswith("_TILES"))
+
+
+def cases_for(name: str, quick: bool) -> list:
+    """The benchmark cases of one layout: every op it generates, small (decode-size) and large."""
+    m = importlib.import_module(f"generated.{name}")
+    heads, values = m.HEADS or 8, m.VALUES or 128
+    page = 64 if m.PAGE_SIZE_MULTIPLE == 1 else 128
+    geo = m.geometry(page, heads, values)
+    per_token = len(m.PLANES) * heads * (record_bytes(m, geo) + values * 2)   # record + scales + bf16 row
+    large = 1 << 17 if not quick else 1 << 15
+    # DSv4 reads are measured at the seed's benchmark size: 2^20 ids over 16384 pages of 64.
+    read_large = 1 << 20 if name == "dsv4_k" and not quick else large
+    out = []
+
+    def cache_for(tokens):
+        num_pages = max(2 * SMALL_TOKENS, 2 * -(-tokens // page), 16384 if name == "dsv4_k" else 0)
+        return filled_cache(m, num_pages, page, heads, values), num_pages
+
+    if "gather_dequant" in m.OPS:
+        for tokens in (SMALL_TOKENS, read_large):
+            cache, num_pages = cache_for(tokens)
+            for scenario, ids in (("gather", gather_ids(tokens, num_pages, page)),
+                                  ("random", torch.randint(0, num_pages * page, (tokens,), device="cuda"))):
+                ids = ids.to(torch.int32)
+                dests = tuple(torch.empty(tokens, heads, values, dtype=torch.bfloat16, device="cuda")
+                              for _ in m.PLANES)
+                dest = dests if len(dests) > 1 else dests[0]
+                moved = tokens * per_token + nbytes(ids)
+                out.append(Case(name, "gather_dequant", scenario, f"{tokens} ids, {num_pages}x{page}", moved,
+                                lambda c=cache, i=ids, o=dest: m.gather_dequant(c, i, page, out=o),
+                                nbytes(*cache) + moved, tokens <= SMALL_TOKENS))
+    for op in ("quantize_store", "append"):
+        if op not in m.OPS:
+            continue
+        fn = getattr(m, op)
+        for tokens in (SMALL_TOKENS, large):
+            cache, num_pages = cache_for(tokens)
+            scenarios = [("prefill", prefill_slots(tokens, num_pages, page))]
+            if tokens <= SMALL_TOKENS:
+                scenarios.insert(0, ("decode", decode_slots(tokens, num_pages, page)))
+            if op == "quantize_store":
+                scenarios.append(("random", random_slots(tokens, num_pages * page)))
+            for scenario, loc in scenarios:
+                srcs = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
+                moved = tokens * per_token + nbytes(loc)
+                out.append(Case(name, op, scenario, f"{tokens} tok, {num_pages}x{page}", moved,
+                                lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page), nbytes(*cache) + moved,
+                                tokens <= SMALL_TOKENS))
+    if "quantize" in m.OPS:
+        # small: one call's K rows (2048 tokens x heads x values); large: the seed's 65536 x 4096
+        # (DSv4: 2^18 records of 512).
+        small_width = m.VALUES or heads * values
+        large_width = m.VALUES or 4096
+        for rows, width in ((SMALL_TOKENS, small_width), ((1 << 28) // large_width // (8 if quick else 1), large_width)):
+            x = nonzero_normal((rows, width))
+            data, scale = m.quantize(x)
+            moved = nbytes(x, data, scale)
+            small = rows <= SMALL_TOKENS
+            out.append(Case(name, "quantize", "dense", f"{rows}x{width}", moved, lambda x=x: m.quantize(x), moved, small))
+            out.append(Case(name, "dequantize", "dense", f"{rows}x{width}", moved,
+                            lambda d=data, s=scale: m.dequantize(d, s), moved, small))
+    return out
+
+
+def graph_us(fn) -> float:
+    """Per-call time of GRAPH_CALLS calls captured in one CUDA graph (launch overhead removed)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_CALLS):
+            fn()
+    ms = triton.testing.do_bench(graph.replay, warmup=20, rep=100, return_mode="median")
+    return ms * 1e3 / GRAPH_CALLS
+
+
+def measure(case: Case, copy_gbps: float) -> Result:
+    ms = triton.testing.do_bench(case.fn, warmup=25, rep=200, return_mode="median")
+    gbps = case.bytes / ms / 1e6
+    return Result(case.layout, case.op, case.scenario, case.size, ms * 1e3, gbps, 100 * gbps / copy_gbps,
+                  graph_us(case.fn) if case.small else None, case.working_set / 2 ** 20)
+
+
+SWEEP = {
+    "default": [{"elements": e, "num_warps": w} for e in (2048, 4096, 8192, 16384) for w in (4, 8)],
+    "append": [{"columns": c, "num_warps": w, "entries": e} for c in (32, 64, 128) for w in (1, 2, 4) for e in (8, 32)],
+}
+
+
+def sweep(cases, copy_gbps: float) -> str:
+    """Time every case under every launch shape of SWEEP; print each op's best (by geometric mean)."""
+    lines, best = [], {}
+    for case in cases:
+        if case.small:
+            continue
+        m = importlib.import_module(f"generated.{case.layout}")
+        saved = dict(m.LAUNCH[case.op])
+        for knobs in SWEEP.get(case.op, SWEEP["default"]):
+            m.LAUNCH[case.op] = {**saved, **knobs}
+            m._launch.cache_clear()
+            try:
+                ms = triton.testing.do_bench(case.fn, warmup=10, rep=40, return_mode="median")
+            except Exception as exc:  # noqa: BLE001 - a launch shape the kernel cannot take
+                lines.append(f"{case.layout}.{case.op} {case.scenario} {case.size} {knobs}: {type(exc).__name__}")
+                continue
+            pct = 100 * case.bytes / ms / 1e6 / copy_gbps
+            best.setdefault((case.layout, case.op), {}).setdefault(tuple(sorted(knobs.items())), []).append(pct)
+            lines.append(f"{case.layout}.{case.op} {case.scenario:<8} {case.size:<26} {knobs}: {pct:5.1f}% of copy")
+        m.LAUNCH[case.op] = saved
+        m._launch.cache_clear()
+    lines.append("best launch shape per op (geometric mean of % of copy over its cases):")
+    for (layout, op), by_knobs in best.items():
+        score = {k: math.exp(sum(math.log(max(v, 1e-3)) for v in vs) / len(vs)) for k, vs in by_knobs.items()
+                 if len(vs) == max(len(x) for x in by_knobs.values())}
+        knobs, value = max(score.items(), key=lambda kv: kv[1])
+        lines.append(f"  {layout}.{op}: {dict(knobs)} -> {value:.1f}%")
+    return "\n".join(lines)
+
+
+def table(results, copy_gbps: float) -> str:
+    lines = [f"device copy: {copy_gbps:.0f} GB/s (read + write, 1 GiB)",
+             f"{'layout':<19} {'op':<15} {'scenario':<8} {'size':<26} {'us':>9} {'graph us':>9} {'GB/s':>7} {'% copy':>7}"]
+    for r in results:
+        g = f"{r.graph_us:9.2f}" if r.graph_us is not None else " " * 9
+        lines.append(f"{r.layout:<19} {r.op:<15} {r.scenario:<8} {r.size:<26} {r.us:9.1f} {g} {r.gbps:7.0f} "
+                     f"{r.pct_copy:6.1f}%")
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="kvlayout bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller large sizes")
+    p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--only", action="append", default=[], help="LAYOUT or LAYOUT.OP (repeatable)")
+    p.add_argument("--sweep", action="store_true", help="time each case under several launch shapes instead")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kvlayout bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    copy_gbps = device_copy_gbps()
+    layouts = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
+    results = []
+    for name in layouts:
+        if args.only and not any(o.split(".")[0] == name for o in args.only):
+            continue
+        cases = [c for c in cases_for(name, args.quick)
+                 if not args.only or any(o in (name, f"{name}.{c.op}") for o in args.only)]
+        if args.sweep:
+            print(sweep(cases, copy_gbps), flush=True)
+        else:
+            results.extend(measure(case, copy_gbps) for case in cases)
+        del cases
+        torch.cuda.empty_cache()
+    if args.sweep:
+        return 0
+    print(table(results, copy_gbps))
+    if args.json:
+        args.json.write_text(json.dumps({"environment": environment(), "copy_gbps": copy_gbps,
+                                         "results": [asdict(r) for r in results]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
