@@ -94,12 +94,12 @@ def test_check_names_changed_missing_and_orphan_files(tmp_path):
     root = copy_repo(tmp_path)
     assert kvlayout("check", root=root).returncode == 0
     changed = root / "generated" / "dsv4_k.py"
-    changed.write_text(changed.read_text().replace("NUM_WARPS = 4", "NUM_WARPS = 8"))
+    changed.write_text(changed.read_text().replace('LAYOUT = "dsv4_k"', 'LAYOUT = "edited"'))
     (root / "generated" / "compat" / "sglang_mxfp8.py").unlink()
     (root / "generated" / "stray.py").write_text("x = 1\n")
     proc = kvlayout("check", root=root)
     assert proc.returncode == 1
-    assert "changed: generated/dsv4_k.py" in proc.stdout and "+NUM_WARPS = 4" in proc.stdout
+    assert "changed: generated/dsv4_k.py" in proc.stdout and '+LAYOUT = "dsv4_k"' in proc.stdout
     assert "missing: generated/compat/sglang_mxfp8.py" in proc.stdout
     assert "orphan: generated/stray.py" in proc.stdout
     # generate repairs exactly those files, and then check is clean again
