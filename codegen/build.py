@@ -98,9 +98,9 @@ DEFAULT_LAUNCH = {
     "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
-    "append": {"columns": 64, "entries": 32, "split": 16384, "num_warps": 2},
+    "append": {"columns": 64, "rows": 8, "entries": 32, "split": 16384, "num_warps": 2},
 }
-POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries")
+POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "rows", "entries")
 
 
 def _launch(tree, ops) -> dict:

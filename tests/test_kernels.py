@@ -114,7 +114,7 @@ def test_dequantize(name, out_dtype):
     assert_same_bytes(got, want, f"{name}.dequantize")
 
 
-@pytest.mark.parametrize("launch", [{}, {"split": 0, "columns": 64}], ids=["entry", "chunked"])
+@pytest.mark.parametrize("launch", [{"rows": 4}, {"split": 0, "columns": 64, "rows": 32}], ids=["entry", "chunked"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
