@@ -371,12 +371,15 @@ def _append_kernel(
             scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
             sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim * SF_X_DIM_STRIDE
             stored = tl.load(sc_addr, mask=dim_ok, other=0).to(tl.int32) - 127
+            # The window in parts of ROWS entries, kept in registers: parts[r] holds entries r*ROWS...
+            parts = tl.arange(0, 32 // ROWS)
+            nxt_parts = tl.reshape(nxt, (32 // ROWS, ROWS))
+            hit_parts = tl.reshape(hit.to(tl.int32), (32 // ROWS, ROWS))
             # Pass 1: the block's new amax per value index.
             amax = tl.zeros((COLUMNS,), dtype=tl.int32)
-            for r in range(0, 32, ROWS):
-                part = n + r + rows
-                part_loc = tl.load(loc_ptr + part, mask=part < n_tokens, other=-1).to(tl.int64)
-                part_hit = (part_loc >= 0) & (part_loc < num_slots) & (part_loc // 32 == block_id)
+            for r in range(0, 32 // ROWS):
+                part = n + r * ROWS + rows
+                part_hit = tl.sum(tl.where(parts[:, None] == r, hit_parts, 0), axis=0) > 0
                 if tl.max(part_hit.to(tl.int32), axis=0) > 0:
                     x = tl.load(v_ptr + part.to(tl.int64)[:, None] * v_stride_t + head * v_stride_h + dim[None, :],
                                 mask=part_hit[:, None] & dim_ok[None, :], other=0.0).to(tl.float32)
@@ -390,20 +393,24 @@ def _append_kernel(
             written = tl.max((((nxt % 32)[None, :] == window[:, None]) & hit[None, :]).to(tl.int32), axis=1)
             grew = (exponent > exponent_old) & dim_ok
             if (tl.max(grew.to(tl.int32), axis=0) > 0) & (tl.min(written, axis=0) == 0):
-                kept_slot = first_loc % PAGE_SIZE + window
-                keep = (written == 0)[:, None] & grew[None, :]
-                kept_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + kept_slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
-                old = tl.load(records + kept_row[:, None] + dim[None, :], mask=keep, other=0)
-                old = old.to(tl.float8e4nv, bitcast=True).to(tl.float32) * _exp2i(exponent_old - exponent)[None, :]
-                old_codes = _saturate(old, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-                tl.store(records + kept_row[:, None] + dim[None, :], old_codes, mask=keep)
+                written_parts = tl.reshape(written, (32 // ROWS, ROWS))
+                rescale = _exp2i(exponent_old - exponent)[None, :]
+                for r in range(0, 32 // ROWS):
+                    kept = tl.sum(tl.where(parts[:, None] == r, written_parts, 0), axis=0) == 0
+                    kept_slot = first_loc % PAGE_SIZE + r * ROWS + rows
+                    keep = kept[:, None] & grew[None, :]
+                    kept_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + kept_slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
+                    old = tl.load(records + kept_row[:, None] + dim[None, :], mask=keep, other=0)
+                    old = old.to(tl.float8e4nv, bitcast=True).to(tl.float32) * rescale
+                    old_codes = _saturate(old, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+                    tl.store(records + kept_row[:, None] + dim[None, :], old_codes, mask=keep)
             # Pass 2: the new rows at the block's exponent (a stored 0xFF, an infinite scale, gives 0 as in the seed).
             multiplier = tl.where(exponent > 127, 0.0, _exp2i(-exponent))
-            for r in range(0, 32, ROWS):
-                part = n + r + rows
-                part_loc = tl.load(loc_ptr + part, mask=part < n_tokens, other=-1).to(tl.int64)
-                part_hit = (part_loc >= 0) & (part_loc < num_slots) & (part_loc // 32 == block_id)
+            for r in range(0, 32 // ROWS):
+                part = n + r * ROWS + rows
+                part_hit = tl.sum(tl.where(parts[:, None] == r, hit_parts, 0), axis=0) > 0
                 if tl.max(part_hit.to(tl.int32), axis=0) > 0:
+                    part_loc = tl.sum(tl.where(parts[:, None] == r, nxt_parts, 0), axis=0)
                     x = tl.load(v_ptr + part.to(tl.int64)[:, None] * v_stride_t + head * v_stride_h + dim[None, :],
                                 mask=part_hit[:, None] & dim_ok[None, :], other=0.0).to(tl.float32)
                     q = _saturate(x * multiplier[None, :], 448.0)
