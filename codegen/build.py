@@ -8,7 +8,7 @@ from pathlib import Path
 from . import language, marked_yaml
 from .errors import Mark, SpecError
 from .expr import Expr, const, divisible, round_up, sym
-from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits
+from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, rule_terms
 from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
                     ScaleGroup, Segment, Term, op_params)
 
@@ -72,7 +72,11 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                         "with 'head'", "readers take (heads, values) from the records buffer's last two dims")
     for s in segments:
         if s.raw is not None:
-            _check_raw_alignment(s, buffers, tree, checks)
+            _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks)
+    for g in groups.values():
+        if g.format.nbytes > 1:
+            region = next(r for b in buffers for r in b.regions if r.holds == g.name)
+            _check_alignment(region, buffers, g.format.nbytes, f"{g.format.name} scales of {g.name!r}", tree, checks)
 
     ops = tuple(tree["ops"])
     kind = next(iter({g.kind for g in groups.values()}), None)
@@ -81,6 +85,9 @@ def build_layout(tree, display: str, digest: str) -> Layout:
             raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} is not available for "
                             f"{'a ' + kind + '-grouped' if kind else 'an unscaled'} layout",
                             f"use {', '.join(OPS_BY_SCALE_KIND[kind])}")
+    if {"quantize", "dequantize"} & set(ops) and len({g.format.name for g in groups.values()}) > 1:
+        raise SpecError(tree.value_mark("scales"), "scales: quantize/dequantize return one scale tensor, so their "
+                        "scale groups must share one format", "use one format, or drop the dense ops")
     sink = tree["slots"]["sink"]
     launch = _launch(tree, ops)
     return Layout(
@@ -130,6 +137,16 @@ def _scale_groups(tree) -> dict:
         mark = tree["scales"].value_mark(name)
         fmt = SCALE_FORMATS[g["format"]]
         lo, hi = fmt.exponent_min, fmt.exponent_max
+        if g["rule"] == "exact":
+            if g["format"] != "fp32":
+                raise SpecError(g.value_mark("rule"), f"scales.{name}.rule: 'exact' scales (amax / fmax) are not powers "
+                                "of two, so they need format: fp32", "set format: fp32, or pick a power-of-two rule")
+            if g["exponent_range"] is not None:
+                raise SpecError(g.value_mark("exponent_range"), f"scales.{name}.exponent_range: 'exact' scales have no "
+                                "exponent to clamp", "remove exponent_range")
+        if "ue8m0_zero" in g.key_marks and g["format"] != "ue8m0":
+            raise SpecError(g.key_mark("ue8m0_zero"), f"scales.{name}.ue8m0_zero: only ue8m0 scales have a byte 0x00",
+                            "remove ue8m0_zero")
         if g["exponent_range"] is not None:
             lo_s, hi_s = g["exponent_range"]
             if lo_s > hi_s:
@@ -141,7 +158,7 @@ def _scale_groups(tree) -> dict:
             raise SpecError(g.value_mark("amax_floor"), f"scales.{name}.amax_floor: {floor!r} is not a normal fp32 number",
                             "use a value between 1.2e-38 and 3.0e38, e.g. 1.0e-30")
         (kind, size), = g["group"].items()
-        out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], amax_floor=floor,
+        out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], terms=None, amax_floor=floor,
                          amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
                          exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], kind=kind, size=size, segment=None)
     return out
@@ -233,8 +250,12 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                             f"{where}.group: {{tokens: {g['size']}}} needs page.size_multiple_of to be a multiple of "
                             f"{g['size']} (it is {multiple})", f"set page.size_multiple_of: {g['size']}")
         count = padded = seg["values"]
-    fields = {k: v for k, v in g.items() if k not in ("mark", "tree")}
-    return ScaleGroup(count=count, padded_count=padded, **fields)
+    if g["kind"] == "tokens" and (g["format"].name != "ue8m0" or g["rule"] == "exact"):
+        raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
+                        "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")
+    fields = {k: v for k, v in g.items() if k not in ("mark", "tree", "terms")}
+    terms = None if g["rule"] == "exact" else rule_terms(g["rule"], seg["element"])
+    return ScaleGroup(count=count, padded_count=padded, terms=terms, **fields)
 
 
 def _attach_scale(s: dict, groups) -> Segment:
@@ -371,17 +392,16 @@ def _check_placement(tree, buffers, groups):
                             f"add '- {{holds: {need}, order: [...]}}' to a buffer")
 
 
-def _check_raw_alignment(seg: Segment, buffers, tree, checks):
-    region = next(r for b in buffers for r in b.regions if r.holds == "records")
+def _check_alignment(region: Region, buffers, size: int, subject: str, tree, checks):
+    """Every address of `region` must be a multiple of `size` (a raw bf16 segment, an fp32 scale)."""
     buf = next(b for b in buffers if b.name == region.buffer)
-    size = seg.raw.nbytes
-    for what, e in (("the record size", region.element_bytes), ("the records region offset", region.offset),
+    for what, e in (("the element size", region.element_bytes), (f"the {region.holds} region offset", region.offset),
                     (f"buffer {buf.name!r}'s page size", buf.page_bytes)):
         if e.is_const:
             if e.const_value() % size:
-                raise SpecError(tree.value_mark("record"), f"record: {what} ({e.const_value()} bytes) is not a multiple "
-                                f"of {size}, so {seg.dtype} segment {seg.name!r} would be misaligned",
-                                "pad the record or the page (page.align)")
+                raise SpecError(tree.value_mark("buffers"), f"buffers.{buf.name}: {what} ({e.const_value()} bytes) is "
+                                f"not a multiple of {size}, so {subject} would be misaligned",
+                                "pad the record or the page (page.align), or reorder the regions")
         elif not divisible(e, size):
             checks.append((e, size, f"{what} must be a multiple of {size} bytes"))
 

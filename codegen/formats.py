@@ -1,4 +1,4 @@
-"""Facts about the number formats a spec can name, computed once here and nowhere else."""
+"""Facts about the number formats and scale rules a spec can name, computed once here."""
 from __future__ import annotations
 
 import math
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 FP32_MANTISSA_BITS = 23
 FP32_BIAS = 127
+FP32_MANTISSA_ONE = 1 << FP32_MANTISSA_BITS     # the implicit leading 1 as a mantissa integer
 
 
 def fp32_bits(x: float) -> int:
@@ -20,19 +21,21 @@ class ElementFormat:
 
     name: str            # spec name
     torch_dtype: str     # torch.<torch_dtype>
-    triton_dtype: str    # tl.<triton_dtype>
+    triton_dtype: str    # tl.<triton_dtype> of the native conversion kvlayout uses
     fmax: float          # largest finite value; quantized values saturate here
-    nan_code: int        # the code GPU conversions write for NaN (cvt.rn.satfinite: 0x7F)
+    mantissa_bits: int
+    nan_code: int        # the code written for NaN
+    emulated: bool = False   # e4m3fnuz: no native sm_90 conversion; encoded through e4m3fn (see numerics.md)
 
     @property
     def fmax_exponent(self) -> int:
-        """floor(log2(fmax)): the unbiased exponent of fmax."""
+        """floor(log2(fmax)): the unbiased exponent of fmax (torchao's target_max_pow2)."""
         return math.frexp(self.fmax)[1] - 1
 
     @property
     def fmax_mantissa_bits(self) -> int:
         """fmax's fp32 mantissa field: amax needs one more scale step when its mantissa is above it."""
-        return fp32_bits(self.fmax) & ((1 << FP32_MANTISSA_BITS) - 1)
+        return fp32_bits(self.fmax) & (FP32_MANTISSA_ONE - 1)
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,9 @@ class RawDtype:
 
 
 ELEMENT_FORMATS = {
-    "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 0x7F),
-    "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 0x7F),
+    "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F),
+    "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F),
+    "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, emulated=True),
 }
 
 RAW_DTYPES = {
@@ -63,10 +67,56 @@ class ScaleFormat:
     nbytes: int
     exponent_min: int   # smallest unbiased exponent the format stores
     exponent_max: int   # largest
-    bias: int
+    bias: int           # ue8m0's exponent bias (0 for fp32)
 
 
 SCALE_FORMATS = {
     # ue8m0: one byte holding exponent + 127; 0xFF is reserved (OCP: NaN), so 0..254 are stored.
     "ue8m0": ScaleFormat("ue8m0", 1, -127, 127, 127),
+    # fp32: the scale itself, a power of two from a rule, or amax / fmax with rule `exact`.
+    "fp32": ScaleFormat("fp32", 4, -127, 127, 0),
 }
+
+# Rules that give a power of two 2^e, as integer tests on amax's fp32 bits: amax = 2^E * m.
+POW2_RULES = ("rceil", "floor", "ceil", "even", "nearest")
+RULES = POW2_RULES + ("exact",)
+
+
+def mantissa_threshold(fmax: float, factor_sq_num: int, factor_sq_den: int) -> int:
+    """The smallest fp32 mantissa field b with (1 + b/2^23)^2 >= mf^2 * num / den, where
+    fmax = 2^Ef * mf: an exact integer stand-in for comparing log2(m / mf) with +-1/2."""
+    mf = FP32_MANTISSA_ONE + (fp32_bits(fmax) & (FP32_MANTISSA_ONE - 1))   # mf * 2^23
+    target = mf * mf * factor_sq_num                                        # compare (2^23 + b)^2 * den
+    b = math.isqrt(-(-target // factor_sq_den)) - FP32_MANTISSA_ONE
+    while (FP32_MANTISSA_ONE + b) ** 2 * factor_sq_den < target:
+        b += 1
+    while b > 0 and (FP32_MANTISSA_ONE + b - 1) ** 2 * factor_sq_den >= target:
+        b -= 1
+    return b
+
+
+@dataclass(frozen=True)
+class RuleTerms:
+    """e = E - fmax_exponent + [mant > above] + [mant >= at_least] - [mant < below], with each
+    term switched off by None: the one integer formula behind every power-of-two rule."""
+
+    above: int | None = None
+    at_least: int | None = None
+    below: int | None = None
+
+
+def rule_terms(rule: str, element: ElementFormat) -> RuleTerms:
+    """The integer form of a power-of-two rule for one element format (see docs/numerics.md)."""
+    if rule == "rceil":      # smallest e with amax <= fmax * 2^e
+        return RuleTerms(above=element.fmax_mantissa_bits)
+    if rule == "floor":      # OCP MX: floor(log2 amax) - emax_elem
+        return RuleTerms()
+    if rule == "ceil":       # ceil(log2 amax) - emax_elem
+        return RuleTerms(above=0)
+    if rule == "even":       # torchao EVEN: amax rounded to the element's mantissa width, then floor
+        return RuleTerms(at_least=FP32_MANTISSA_ONE - (1 << (FP32_MANTISSA_BITS - element.mantissa_bits - 1)))
+    if rule == "nearest":    # round(log2(amax / fmax)): -1 below mf/sqrt(2), +1 from mf*sqrt(2)
+        down = mantissa_threshold(element.fmax, 1, 2)
+        up = mantissa_threshold(element.fmax, 2, 1)
+        return RuleTerms(below=down if down > 0 else None, at_least=up if up < FP32_MANTISSA_ONE else None)
+    raise ValueError(rule)

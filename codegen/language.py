@@ -10,10 +10,10 @@ from .schema import Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
 IDENT = r"[a-z][a-z0-9_]*"
 ANY = Str(enum=("any",))
 
-ELEMENT_DTYPES = ("fp8_e4m3fn", "fp8_e5m2")
+ELEMENT_DTYPES = ("fp8_e4m3fn", "fp8_e5m2", "fp8_e4m3fnuz")
 RAW_DTYPES = ("bf16", "fp16", "fp32")
-SCALE_FORMATS = ("ue8m0",)
-SCALE_RULES = ("rceil",)
+SCALE_FORMATS = ("ue8m0", "fp32")
+SCALE_RULES = ("rceil", "floor", "ceil", "even", "nearest", "exact")
 OPS = ("gather_dequant", "quantize_store", "quantize", "dequantize", "append")
 COORDINATE = r"(slot|head|scale|dim|block)( (%|//) [1-9][0-9]*)?"
 
@@ -29,10 +29,15 @@ SEGMENT = Obj(title="a record segment", fields={
 })
 
 SCALE_GROUP = Obj(title="a scale group", fields={
-    "format": Field(Str(enum=SCALE_FORMATS), "how one scale is stored: ue8m0 = one byte, biased power-of-two exponent (bias 127)"),
+    "format": Field(Str(enum=SCALE_FORMATS),
+                    "how one scale is stored: ue8m0 = one byte, the power-of-two exponent + 127; fp32 = the scale "
+                    "as a float (4 bytes)"),
     "rule": Field(Str(enum=SCALE_RULES),
-                  "how the scale is chosen from the group's amax: rceil = smallest power of two s with amax/s <= the "
-                  "element format's largest finite value"),
+                  "how the scale follows from the group's amax (fmax = the element format's largest finite value, "
+                  "emax = floor(log2 fmax)): rceil = smallest power of two s with amax/s <= fmax (the seeds); "
+                  "floor = 2^(floor(log2 amax) - emax) (OCP MX); ceil = 2^(ceil(log2 amax) - emax); even = floor "
+                  "after rounding amax to the element's mantissa width (torchao EVEN); nearest = 2^round(log2(amax/"
+                  "fmax)); exact = amax / fmax itself (fp32 format only). See docs/numerics.md"),
     "amax_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
                         "amax is raised to at least this before the rule (1.0e-8 DSv4, 1.0e-30 MXFP8); null: no floor",
                         None),

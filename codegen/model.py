@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .expr import Expr, const
-from .formats import ElementFormat, RawDtype, ScaleFormat
+from .formats import ElementFormat, RawDtype, RuleTerms, ScaleFormat
 
 # Call-time symbols and what they mean.
 PAGE_SIZE = "page_size"
@@ -22,6 +22,7 @@ class ScaleGroup:
     name: str
     format: ScaleFormat
     rule: str
+    terms: RuleTerms | None       # the integer form of a power-of-two rule; None for `exact`
     amax_floor: float | None
     amax_floor_bits: int          # fp32 bits of the floor; 0 = no floor
     exponent_lo: int              # clamp applied to the rule's exponent (spec range within storage range)
@@ -32,6 +33,10 @@ class ScaleGroup:
     count: Expr                   # scales of one token and head ("values" groups)
     padded_count: Expr            # entries stored per token and head, padding included
     segment: str                  # the one segment quantized with this group
+
+    @property
+    def exact(self) -> bool:
+        return self.rule == "exact"
 
     @property
     def tile(self) -> int:
@@ -162,16 +167,21 @@ class Layout:
         return tuple((f"{p}_{b.name}", p, b) for p in self.planes for b in self.buffers)
 
     @property
+    def element_formats(self) -> tuple:
+        """The distinct element formats of the quantized segments, in order."""
+        return tuple({s.element.name: s.element for s in self.segments if s.quantized}.values())
+
+    @property
     def quantized_segments(self) -> tuple:
         return tuple(s for s in self.segments if s.quantized)
 
     @property
     def dense_scale_columns(self) -> tuple:
-        """(segment, first column) of each quantized segment's scales in the dense scale tensor."""
+        """(segment, first byte) of each quantized segment's scales in a row of the dense scale tensor."""
         out, column = [], const(0)
         for s in self.quantized_segments:
             out.append((s, column))
-            column = column + s.scale.count
+            column = column + s.scale.count * s.scale.format.nbytes
         return tuple(out)
 
     @property
@@ -180,6 +190,19 @@ class Layout:
         for s in self.quantized_segments:
             total = total + s.scale.count
         return total
+
+    @property
+    def dense_scale_bytes(self) -> Expr:
+        total = const(0)
+        for s in self.quantized_segments:
+            total = total + s.scale.count * s.scale.format.nbytes
+        return total
+
+    @property
+    def dense_scale_dtype(self) -> str:
+        """uint8 for ue8m0 scales, float32 for fp32 ones (build checks a dense layout uses one format)."""
+        formats = {g.format.name for g in self.scales}
+        return "float32" if formats == {"fp32"} else "uint8"
 
     @property
     def dense_data(self) -> tuple:
@@ -195,6 +218,7 @@ class Layout:
         out.extend((f"{s.name.upper()}_TILES", s.scale.count) for s in self.quantized_segments)
         if self.scale_kind == "values":  # the dense quantize/dequantize scale tensor
             out.append(("DENSE_SCALES", self.dense_scale_count))
+            out.append(("DENSE_SCALE_BYTES", self.dense_scale_bytes))
             out.extend((f"{s.name.upper()}_DENSE_COLUMN", column) for s, column in self.dense_scale_columns)
         for b in self.buffers:
             out.append((b.page_bytes_name, b.page_bytes))

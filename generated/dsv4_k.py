@@ -88,6 +88,7 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
         RECORD_BYTES=576,
         NOPE_TILES=7,
         DENSE_SCALES=7,
+        DENSE_SCALE_BYTES=7,
         NOPE_DENSE_COLUMN=0,
         CACHE_PAGE_BYTES=_round_up(page_size * 576 + page_size * 8, 576),
         CACHE_RECORDS_OFFSET=0,
@@ -259,25 +260,44 @@ def _canonical_nan(x):
 
 
 @triton.jit
-def _nope_exponent(amax_bits):
-    """Scale exponent e of group nope (rceil): the smallest e with amax <= 448.0 * 2**e.
+def _encode_fp8_e4m3fn(q):
+    """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
+    return _saturate(q, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
-    Exact integer arithmetic on amax's fp32 bits (no log2): with amax = 2**E * m, m in [1, 2),
-    and 448.0 = 2**8 * (1 + mantissa 0x600000),
-    e = E - 8, plus one when amax's mantissa is larger.
+
+@triton.jit
+def _decode_fp8_e4m3fn(codes):
+    """fp8_e4m3fn codes (uint8) -> fp32, exactly."""
+    return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _nope_exponent(amax_bits):
+    """Scale exponent e of group nope, rule rceil (fp8_e4m3fn: fmax 448.0 = 2**8 * (1 + 0x600000 / 2**23)).
+
+    Exact integer arithmetic on amax's fp32 bits, amax = 2**E * (1 + mantissa / 2**23) (no log2):
+    e = E - 8 + [mantissa > 0x600000].
     amax is first raised to the floor 1e-08 (fp32 bits 0x322BCC77).
     An infinite amax takes the largest exponent; e is clamped to [-127, 127].
     """
     a = tl.maximum(amax_bits, 0x322BCC77)
-    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8) + ((a & _F32_MANTISSA_MASK) > 0x600000).to(tl.int32)
+    mantissa = a & _F32_MANTISSA_MASK
+    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8)
+    e += (mantissa > 0x600000).to(tl.int32)
     e = tl.where(a >= _F32_INF_BITS, 127, e)
     return tl.minimum(tl.maximum(e, -127), 127)
 
 
 @triton.jit
-def _nope_scale(byte):
-    """ue8m0 byte -> fp32 scale 2**(byte - 127); 0xFF -> +inf; 0x00 -> 0.0."""
-    bits = byte.to(tl.int32) << _F32_MANTISSA_BITS
+def _nope_store(addr, exponent, mask):
+    """Write scales of group nope at byte addresses `addr` (ue8m0)."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask)
+
+
+@triton.jit
+def _nope_load(addr, mask):
+    """Read scales of group nope as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 0.0); masked-off lanes read 0."""
+    bits = tl.load(addr, mask=mask, other=0).to(tl.int32) << _F32_MANTISSA_BITS
     return bits.to(tl.float32, bitcast=True)
 
 
@@ -297,11 +317,12 @@ def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_ro
         x = tl.load(x_ptr + x_row[:, None, None] + (0 + index),
                     mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
         x = x.to(tl.float32)
-        exponent = _nope_exponent(tl.max(_magnitude_bits(x), axis=2))
-        q = _saturate(x * _exp2i(-exponent)[:, :, None], 448.0)
-        codes = q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
+        scale = _nope_exponent(amax)
+        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
+        codes = _encode_fp8_e4m3fn(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        tl.store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, (exponent + 127).to(tl.uint8), mask=ok)
+        _nope_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok)
 
 
 @triton.jit
@@ -315,8 +336,8 @@ def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row,
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         index = tile[None, :, None] * 64 + lane[None, None, :]
         codes = tl.load(rec_ptr + rec_row[:, None, None] + (0 + index), mask=read[:, :, None], other=0)
-        scale = _nope_scale(tl.load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, mask=read, other=0))
-        x = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
+        scale = _nope_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
+        x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
         write = (out_ok[:, None] & in_segment)[:, :, None]
@@ -354,10 +375,10 @@ def _gather_dequant_kernel(
     BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, NOPE_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, CACHE_NOPE_OFFSET: tl.constexpr,
-    CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
+    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    NOPE_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T token ids of one (plane, head) per program: read each slot's record and scales, write values."""
@@ -432,10 +453,10 @@ def _quantize_store_kernel(
     BLOCK_T: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, NOPE_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, CACHE_NOPE_OFFSET: tl.constexpr,
-    CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
+    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    NOPE_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
@@ -487,10 +508,10 @@ def _quantize_kernel(
     BLOCK_T: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, NOPE_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, CACHE_NOPE_OFFSET: tl.constexpr,
-    CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
+    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    NOPE_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each row of VALUES values becomes one record plus its scales."""
@@ -499,8 +520,9 @@ def _quantize_kernel(
     x_row = row * x_stride
     records = data_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = row * RECORD_BYTES
-    sc_row = row * DENSE_SCALES
-    _quantize_nope(x_ptr, x_row, ok, ok, records, rec_row, scale_ptr, sc_row + NOPE_DENSE_COLUMN,
+    scales = scale_ptr.to(tl.pointer_type(tl.uint8))
+    sc_row = row * DENSE_SCALE_BYTES
+    _quantize_nope(x_ptr, x_row, ok, ok, records, rec_row, scales, sc_row + NOPE_DENSE_COLUMN,
         SC_STRIDE=1, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK)
     _store_rope(x_ptr, x_row, ok, ok, records, rec_row)
 
@@ -509,7 +531,7 @@ def quantize(x: torch.Tensor):
     """Quantize rows of `x` (..., 512) bf16/fp16/fp32 into this layout's record form.
 
     Returns (data, scale): data (..., 576) uint8 holds each row's record exactly as the
-    cache stores it; scale (..., 7) uint8 its ue8m0 scales (no padding).
+    cache stores it; scale (..., 7) uint8 its scales (no padding).
     """
     x2, lead, geo = _prepare_quantize(x)
     n_rows = x2.shape[0]
@@ -541,10 +563,10 @@ def _dequantize_kernel(
     BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, NOPE_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, CACHE_NOPE_OFFSET: tl.constexpr,
-    CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
+    NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    NOPE_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each record and its scales become VALUES values."""
@@ -552,9 +574,10 @@ def _dequantize_kernel(
     ok = row < n_rows
     records = data_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = row * RECORD_BYTES
-    sc_row = row * DENSE_SCALES
+    scales = scale_ptr.to(tl.pointer_type(tl.uint8))
+    sc_row = row * DENSE_SCALE_BYTES
     out_row = row * VALUES
-    _dequantize_nope(records, rec_row, scale_ptr, sc_row + NOPE_DENSE_COLUMN, ok, out_ptr, out_row, ok,
+    _dequantize_nope(records, rec_row, scales, sc_row + NOPE_DENSE_COLUMN, ok, out_ptr, out_row, ok,
         SC_STRIDE=1, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK, CANON_NAN=CANON_NAN)
     _load_rope(records, rec_row, ok, out_ptr, out_row, ok)
 
@@ -644,23 +667,33 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
 
 
 def _ref_nope_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
+    """Rule rceil: the unbiased exponent from amax's fp32 bits (see _nope_exponent)."""
     a = amax_bits.to(torch.int32).clamp(min=0x322BCC77)
-    e = (a >> 23) - (127 + 8) + ((a & 0x7FFFFF) > 0x600000).to(torch.int32)
+    mantissa = a & 0x7FFFFF
+    e = (a >> 23) - (127 + 8)
+    e = e + (mantissa > 0x600000).to(torch.int32)
     e = torch.where(a >= 0x7F800000, 127, e)
     return e.clamp(-127, 127)
 
 
-def _ref_nope_scale(byte: torch.Tensor) -> torch.Tensor:
-    bits = byte.to(torch.int32) << 23
+def _ref_nope_store(flat: torch.Tensor, addr: torch.Tensor, exponent: torch.Tensor) -> None:
+    """Write scales at byte addresses `addr` of the uint8 view `flat` (ue8m0)."""
+    flat[addr] = (exponent + 127).to(torch.uint8)
+
+
+def _ref_nope_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (see _nope_load)."""
+    bits = flat[addr].to(torch.int32) << 23
     return bits.view(torch.float32)
 
 
 def _ref_quantize_nope(rows: torch.Tensor) -> tuple:
     """rows (..., 448) -> (fp8_e4m3fn codes as uint8 (..., 448), unbiased exponents (..., tiles))."""
     x = rows.to(torch.float32).unflatten(-1, (-1, 64))
-    exponent = _ref_nope_exponent(_ref_magnitude_bits(x).amax(-1))
-    codes = _ref_encode(x * _ref_exp2i(-exponent)[..., None], "fp8_e4m3fn")
-    return codes.flatten(-2), exponent
+    amax = _ref_magnitude_bits(x).amax(-1)
+    scale = _ref_nope_exponent(amax)
+    q = x * _ref_exp2i(-scale)[..., None]
+    return _ref_encode(q, "fp8_e4m3fn").flatten(-2), scale
 
 
 def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None):
@@ -682,7 +715,7 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, ou
         scales = _ref_bytes(cache[plane * 1 + 0])
         sc_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_NOPE_OFFSET + slot * G.CACHE_NOPE_SLOT_STRIDE + head * G.CACHE_NOPE_HEAD_STRIDE)[..., None]
         tile = torch.arange(G.NOPE_TILES, device=ids.device)
-        scale = _ref_nope_scale(scales[sc_row + tile * G.CACHE_NOPE_SCALE_STRIDE])
+        scale = _ref_nope_load(scales, sc_row + tile * G.CACHE_NOPE_SCALE_STRIDE)
         x = _ref_decode(codes, "fp8_e4m3fn") * scale.repeat_interleave(64, -1)
         x = torch.where(ok, x, 0.0)
         o[..., 0:448] = _ref_cast(x, o.dtype, computed=True)
@@ -709,12 +742,12 @@ def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_si
         records = _ref_bytes(cache[plane * 1 + 0])
         rec_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE)[..., None]
         # nope
-        codes, exponent = _ref_quantize_nope(x[..., 0:448])
+        codes, scale = _ref_quantize_nope(x[..., 0:448])
         records[rec_row + 0 + torch.arange(codes.shape[-1], device=loc.device)] = codes
         scales = _ref_bytes(cache[plane * 1 + 0])
         sc_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_NOPE_OFFSET + slot * G.CACHE_NOPE_SLOT_STRIDE + head * G.CACHE_NOPE_HEAD_STRIDE)[..., None]
-        tile = torch.arange(exponent.shape[-1], device=loc.device)
-        scales[sc_row + tile * G.CACHE_NOPE_SCALE_STRIDE] = (exponent + 127).to(torch.uint8)
+        tile = torch.arange(scale.shape[-1], device=loc.device)
+        _ref_nope_store(scales, sc_row + tile * G.CACHE_NOPE_SCALE_STRIDE, scale)
         # rope
         raw = _ref_cast(x[..., 448:512], torch.bfloat16, computed=False)
         raw = raw.contiguous().view(torch.uint8)
@@ -725,13 +758,16 @@ def quantize_ref(x: torch.Tensor):
     """Pure-torch twin of quantize: returns the same bytes."""
     x2, lead, geo = _prepare_quantize(x)
     values = geo["VALUES"]
-    data = torch.empty((x2.shape[0], geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
-    scale = torch.empty((x2.shape[0], geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
+    n_rows = x2.shape[0]
+    data = torch.empty((n_rows, geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
+    scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
+    scale_bytes = _ref_bytes(scale)
+    rows = torch.arange(n_rows, device=x.device)[:, None] * geo["DENSE_SCALE_BYTES"]
     # nope
-    codes, exponent = _ref_quantize_nope(x2[:, 0:448])
+    codes, group_scale = _ref_quantize_nope(x2[:, 0:448])
     data[:, 0:448] = codes
-    column = geo["NOPE_DENSE_COLUMN"]
-    scale[:, column:column + exponent.shape[-1]] = (exponent + 127).to(torch.uint8)
+    tile = torch.arange(group_scale.shape[-1], device=x.device) * 1
+    _ref_nope_store(scale_bytes, rows + geo["NOPE_DENSE_COLUMN"] + tile, group_scale)
     # rope
     raw = _ref_cast(x2[:, 448:512], torch.bfloat16, computed=False)
     data[:, 448:576] = raw.contiguous().view(torch.uint8)
@@ -745,8 +781,9 @@ def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dty
     values = geo["VALUES"]
     out = torch.empty((data2.shape[0], values), dtype=out_dtype, device=data.device)
     # nope
-    column = geo["NOPE_DENSE_COLUMN"]
-    scale_f32 = _ref_nope_scale(scale2[:, column:column + geo["NOPE_TILES"]])
+    tile = torch.arange(geo["NOPE_TILES"], device=data.device) * 1
+    addr = torch.arange(data2.shape[0], device=data.device)[:, None] * geo["DENSE_SCALE_BYTES"] + tile
+    scale_f32 = _ref_nope_load(_ref_bytes(scale2), addr + geo["NOPE_DENSE_COLUMN"])
     x = _ref_decode(data2[:, 0:448], "fp8_e4m3fn")
     out[:, 0:448] = _ref_cast(x * scale_f32.repeat_interleave(64, -1), out_dtype, computed=True)
     # rope

@@ -90,6 +90,7 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
         RECORD_BYTES=values,
         X_TILES=values // 32,
         DENSE_SCALES=values // 32,
+        DENSE_SCALE_BYTES=values // 32,
         X_DENSE_COLUMN=0,
         CACHE_PAGE_BYTES=page_size * heads * values,
         CACHE_RECORDS_OFFSET=0,
@@ -272,26 +273,45 @@ def _canonical_nan(x):
 
 
 @triton.jit
-def _x_exponent(amax_bits):
-    """Scale exponent e of group x (rceil): the smallest e with amax <= 448.0 * 2**e.
+def _encode_fp8_e4m3fn(q):
+    """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
+    return _saturate(q, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
-    Exact integer arithmetic on amax's fp32 bits (no log2): with amax = 2**E * m, m in [1, 2),
-    and 448.0 = 2**8 * (1 + mantissa 0x600000),
-    e = E - 8, plus one when amax's mantissa is larger.
+
+@triton.jit
+def _decode_fp8_e4m3fn(codes):
+    """fp8_e4m3fn codes (uint8) -> fp32, exactly."""
+    return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _x_exponent(amax_bits):
+    """Scale exponent e of group x, rule rceil (fp8_e4m3fn: fmax 448.0 = 2**8 * (1 + 0x600000 / 2**23)).
+
+    Exact integer arithmetic on amax's fp32 bits, amax = 2**E * (1 + mantissa / 2**23) (no log2):
+    e = E - 8 + [mantissa > 0x600000].
     amax is first raised to the floor 1e-30 (fp32 bits 0xDA24260).
     An infinite amax takes the largest exponent; e is clamped to [-127, 127].
     """
     a = tl.maximum(amax_bits, 0xDA24260)
-    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8) + ((a & _F32_MANTISSA_MASK) > 0x600000).to(tl.int32)
+    mantissa = a & _F32_MANTISSA_MASK
+    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8)
+    e += (mantissa > 0x600000).to(tl.int32)
     e = tl.where(a >= _F32_INF_BITS, 127, e)
     return tl.minimum(tl.maximum(e, -127), 127)
 
 
 @triton.jit
-def _x_scale(byte):
-    """ue8m0 byte -> fp32 scale 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127 (a subnormal)."""
-    bits = byte.to(tl.int32) << _F32_MANTISSA_BITS
-    bits = tl.where(bits == 0, _F32_2POW_MINUS_127_BITS, bits)
+def _x_store(addr, exponent, mask):
+    """Write scales of group x at byte addresses `addr` (ue8m0)."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask)
+
+
+@triton.jit
+def _x_load(addr, mask):
+    """Read scales of group x as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127); masked-off lanes read 0."""
+    bits = tl.load(addr, mask=mask, other=0).to(tl.int32) << _F32_MANTISSA_BITS
+    bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
 
 
@@ -311,11 +331,12 @@ def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
         x = tl.load(x_ptr + x_row[:, None, None] + (0 + index),
                     mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
         x = x.to(tl.float32)
-        exponent = _x_exponent(tl.max(_magnitude_bits(x), axis=2))
-        q = _saturate(x * _exp2i(-exponent)[:, :, None], 448.0)
-        codes = q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
+        scale = _x_exponent(amax)
+        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
+        codes = _encode_fp8_e4m3fn(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        tl.store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, (exponent + 127).to(tl.uint8), mask=ok)
+        _x_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok)
 
 
 @triton.jit
@@ -329,8 +350,8 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         index = tile[None, :, None] * 32 + lane[None, None, :]
         codes = tl.load(rec_ptr + rec_row[:, None, None] + (0 + index), mask=read[:, :, None], other=0)
-        scale = _x_scale(tl.load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, mask=read, other=0))
-        x = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
+        scale = _x_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
+        x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
         write = (out_ok[:, None] & in_segment)[:, :, None]
@@ -346,11 +367,11 @@ def _quantize_store_kernel(
     BLOCK_T: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, X_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr,
-    SF_X_HEAD_STRIDE: tl.constexpr, SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr,
-    SF_X_SCALE_STRIDE: tl.constexpr,
+    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    X_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
+    SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
     token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -415,11 +436,11 @@ def _gather_dequant_kernel(
     BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, X_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr,
-    SF_X_HEAD_STRIDE: tl.constexpr, SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr,
-    SF_X_SCALE_STRIDE: tl.constexpr,
+    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    X_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
+    SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T token ids of one (plane, head) per program: read each slot's record and scales, write values."""
     token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -504,11 +525,11 @@ def _quantize_kernel(
     BLOCK_T: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, X_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr,
-    SF_X_HEAD_STRIDE: tl.constexpr, SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr,
-    SF_X_SCALE_STRIDE: tl.constexpr,
+    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    X_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
+    SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each row of VALUES values becomes one record plus its scales."""
     row = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
@@ -516,8 +537,9 @@ def _quantize_kernel(
     x_row = row * x_stride
     records = data_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = row * RECORD_BYTES
-    sc_row = row * DENSE_SCALES
-    _quantize_x(x_ptr, x_row, ok, ok, records, rec_row, scale_ptr, sc_row + X_DENSE_COLUMN,
+    scales = scale_ptr.to(tl.pointer_type(tl.uint8))
+    sc_row = row * DENSE_SCALE_BYTES
+    _quantize_x(x_ptr, x_row, ok, ok, records, rec_row, scales, sc_row + X_DENSE_COLUMN,
         SC_STRIDE=1, TILES=X_TILES, CHUNK=X_CHUNK)
 
 
@@ -525,7 +547,7 @@ def quantize(x: torch.Tensor):
     """Quantize rows of `x` (..., values) bf16/fp16/fp32 into this layout's record form.
 
     Returns (data, scale): data (..., values) float8_e4m3fn holds each row's record exactly as the
-    cache stores it; scale (..., values // 32) uint8 its ue8m0 scales (no padding).
+    cache stores it; scale (..., values // 32) uint8 its scales (no padding).
     """
     x2, lead, geo = _prepare_quantize(x)
     n_rows = x2.shape[0]
@@ -557,20 +579,21 @@ def _dequantize_kernel(
     BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, X_DENSE_COLUMN: tl.constexpr,
-    CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr, CACHE_RECORDS_SLOT_STRIDE: tl.constexpr,
-    CACHE_RECORDS_HEAD_STRIDE: tl.constexpr, SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr,
-    SF_X_HEAD_STRIDE: tl.constexpr, SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr,
-    SF_X_SCALE_STRIDE: tl.constexpr,
+    X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
+    X_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
+    SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each record and its scales become VALUES values."""
     row = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     ok = row < n_rows
     records = data_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = row * RECORD_BYTES
-    sc_row = row * DENSE_SCALES
+    scales = scale_ptr.to(tl.pointer_type(tl.uint8))
+    sc_row = row * DENSE_SCALE_BYTES
     out_row = row * VALUES
-    _dequantize_x(records, rec_row, scale_ptr, sc_row + X_DENSE_COLUMN, ok, out_ptr, out_row, ok,
+    _dequantize_x(records, rec_row, scales, sc_row + X_DENSE_COLUMN, ok, out_ptr, out_row, ok,
         SC_STRIDE=1, TILES=X_TILES, CHUNK=X_CHUNK, CANON_NAN=CANON_NAN)
 
 
@@ -659,14 +682,23 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
 
 
 def _ref_x_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
+    """Rule rceil: the unbiased exponent from amax's fp32 bits (see _x_exponent)."""
     a = amax_bits.to(torch.int32).clamp(min=0xDA24260)
-    e = (a >> 23) - (127 + 8) + ((a & 0x7FFFFF) > 0x600000).to(torch.int32)
+    mantissa = a & 0x7FFFFF
+    e = (a >> 23) - (127 + 8)
+    e = e + (mantissa > 0x600000).to(torch.int32)
     e = torch.where(a >= 0x7F800000, 127, e)
     return e.clamp(-127, 127)
 
 
-def _ref_x_scale(byte: torch.Tensor) -> torch.Tensor:
-    bits = byte.to(torch.int32) << 23
+def _ref_x_store(flat: torch.Tensor, addr: torch.Tensor, exponent: torch.Tensor) -> None:
+    """Write scales at byte addresses `addr` of the uint8 view `flat` (ue8m0)."""
+    flat[addr] = (exponent + 127).to(torch.uint8)
+
+
+def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (see _x_load)."""
+    bits = flat[addr].to(torch.int32) << 23
     bits = torch.where(bits == 0, 1 << 22, bits)
     return bits.view(torch.float32)
 
@@ -674,9 +706,10 @@ def _ref_x_scale(byte: torch.Tensor) -> torch.Tensor:
 def _ref_quantize_x(rows: torch.Tensor) -> tuple:
     """rows (..., values) -> (fp8_e4m3fn codes as uint8 (..., values), unbiased exponents (..., tiles))."""
     x = rows.to(torch.float32).unflatten(-1, (-1, 32))
-    exponent = _ref_x_exponent(_ref_magnitude_bits(x).amax(-1))
-    codes = _ref_encode(x * _ref_exp2i(-exponent)[..., None], "fp8_e4m3fn")
-    return codes.flatten(-2), exponent
+    amax = _ref_magnitude_bits(x).amax(-1)
+    scale = _ref_x_exponent(amax)
+    q = x * _ref_exp2i(-scale)[..., None]
+    return _ref_encode(q, "fp8_e4m3fn").flatten(-2), scale
 
 
 def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
@@ -695,12 +728,12 @@ def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cach
         records = _ref_bytes(cache[plane * 2 + 0])
         rec_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE)[..., None]
         # x
-        codes, exponent = _ref_quantize_x(x[..., 0:values])
+        codes, scale = _ref_quantize_x(x[..., 0:values])
         records[rec_row + 0 + torch.arange(codes.shape[-1], device=loc.device)] = codes
         scales = _ref_bytes(cache[plane * 2 + 1])
         sc_row = (page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + (slot % 32) * G.SF_X_SLOT_MOD32_STRIDE + (slot // 32) * G.SF_X_SLOT_DIV32_STRIDE)[..., None]
-        tile = torch.arange(exponent.shape[-1], device=loc.device)
-        scales[sc_row + tile * G.SF_X_SCALE_STRIDE] = (exponent + 127).to(torch.uint8)
+        tile = torch.arange(scale.shape[-1], device=loc.device)
+        _ref_x_store(scales, sc_row + tile * G.SF_X_SCALE_STRIDE, scale)
 
 
 def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None):
@@ -722,7 +755,7 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, ou
         scales = _ref_bytes(cache[plane * 2 + 1])
         sc_row = (page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + (slot % 32) * G.SF_X_SLOT_MOD32_STRIDE + (slot // 32) * G.SF_X_SLOT_DIV32_STRIDE)[..., None]
         tile = torch.arange(G.X_TILES, device=ids.device)
-        scale = _ref_x_scale(scales[sc_row + tile * G.SF_X_SCALE_STRIDE])
+        scale = _ref_x_load(scales, sc_row + tile * G.SF_X_SCALE_STRIDE)
         x = _ref_decode(codes, "fp8_e4m3fn") * scale.repeat_interleave(32, -1)
         x = torch.where(ok, x, 0.0)
         o[..., 0:values] = _ref_cast(x, o.dtype, computed=True)
@@ -733,13 +766,16 @@ def quantize_ref(x: torch.Tensor):
     """Pure-torch twin of quantize: returns the same bytes."""
     x2, lead, geo = _prepare_quantize(x)
     values = geo["VALUES"]
-    data = torch.empty((x2.shape[0], geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
-    scale = torch.empty((x2.shape[0], geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
+    n_rows = x2.shape[0]
+    data = torch.empty((n_rows, geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
+    scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
+    scale_bytes = _ref_bytes(scale)
+    rows = torch.arange(n_rows, device=x.device)[:, None] * geo["DENSE_SCALE_BYTES"]
     # x
-    codes, exponent = _ref_quantize_x(x2[:, 0:values])
+    codes, group_scale = _ref_quantize_x(x2[:, 0:values])
     data[:, 0:values] = codes
-    column = geo["X_DENSE_COLUMN"]
-    scale[:, column:column + exponent.shape[-1]] = (exponent + 127).to(torch.uint8)
+    tile = torch.arange(group_scale.shape[-1], device=x.device) * 1
+    _ref_x_store(scale_bytes, rows + geo["X_DENSE_COLUMN"] + tile, group_scale)
     data = data.view(torch.float8_e4m3fn)
     return data.view(*lead, geo["RECORD_BYTES"]), scale.view(*lead, geo["DENSE_SCALES"])
 
@@ -750,8 +786,9 @@ def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dty
     values = geo["VALUES"]
     out = torch.empty((data2.shape[0], values), dtype=out_dtype, device=data.device)
     # x
-    column = geo["X_DENSE_COLUMN"]
-    scale_f32 = _ref_x_scale(scale2[:, column:column + geo["X_TILES"]])
+    tile = torch.arange(geo["X_TILES"], device=data.device) * 1
+    addr = torch.arange(data2.shape[0], device=data.device)[:, None] * geo["DENSE_SCALE_BYTES"] + tile
+    scale_f32 = _ref_x_load(_ref_bytes(scale2), addr + geo["X_DENSE_COLUMN"])
     x = _ref_decode(data2[:, 0:values], "fp8_e4m3fn")
     out[:, 0:values] = _ref_cast(x * scale_f32.repeat_interleave(32, -1), out_dtype, computed=True)
     return out.view(*lead, values)

@@ -259,26 +259,45 @@ def _canonical_nan(x):
 
 
 @triton.jit
-def _x_exponent(amax_bits):
-    """Scale exponent e of group x (rceil): the smallest e with amax <= 448.0 * 2**e.
+def _encode_fp8_e4m3fn(q):
+    """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
+    return _saturate(q, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
-    Exact integer arithmetic on amax's fp32 bits (no log2): with amax = 2**E * m, m in [1, 2),
-    and 448.0 = 2**8 * (1 + mantissa 0x600000),
-    e = E - 8, plus one when amax's mantissa is larger.
+
+@triton.jit
+def _decode_fp8_e4m3fn(codes):
+    """fp8_e4m3fn codes (uint8) -> fp32, exactly."""
+    return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _x_exponent(amax_bits):
+    """Scale exponent e of group x, rule rceil (fp8_e4m3fn: fmax 448.0 = 2**8 * (1 + 0x600000 / 2**23)).
+
+    Exact integer arithmetic on amax's fp32 bits, amax = 2**E * (1 + mantissa / 2**23) (no log2):
+    e = E - 8 + [mantissa > 0x600000].
     amax is first raised to the floor 1e-30 (fp32 bits 0xDA24260).
     An infinite amax takes the largest exponent; e is clamped to [-127, 127].
     """
     a = tl.maximum(amax_bits, 0xDA24260)
-    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8) + ((a & _F32_MANTISSA_MASK) > 0x600000).to(tl.int32)
+    mantissa = a & _F32_MANTISSA_MASK
+    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8)
+    e += (mantissa > 0x600000).to(tl.int32)
     e = tl.where(a >= _F32_INF_BITS, 127, e)
     return tl.minimum(tl.maximum(e, -127), 127)
 
 
 @triton.jit
-def _x_scale(byte):
-    """ue8m0 byte -> fp32 scale 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127 (a subnormal)."""
-    bits = byte.to(tl.int32) << _F32_MANTISSA_BITS
-    bits = tl.where(bits == 0, _F32_2POW_MINUS_127_BITS, bits)
+def _x_store(addr, exponent, mask):
+    """Write scales of group x at byte addresses `addr` (ue8m0)."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask)
+
+
+@triton.jit
+def _x_load(addr, mask):
+    """Read scales of group x as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127); masked-off lanes read 0."""
+    bits = tl.load(addr, mask=mask, other=0).to(tl.int32) << _F32_MANTISSA_BITS
+    bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
 
 
@@ -298,11 +317,12 @@ def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
         x = tl.load(x_ptr + x_row[:, None, None] + (0 + index),
                     mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
         x = x.to(tl.float32)
-        exponent = _x_exponent(tl.max(_magnitude_bits(x), axis=2))
-        q = _saturate(x * _exp2i(-exponent)[:, :, None], 448.0)
-        codes = q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
+        scale = _x_exponent(amax)
+        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
+        codes = _encode_fp8_e4m3fn(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        tl.store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, (exponent + 127).to(tl.uint8), mask=ok)
+        _x_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok)
 
 
 @triton.jit
@@ -316,8 +336,8 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         index = tile[None, :, None] * 1 + lane[None, None, :]
         codes = tl.load(rec_ptr + rec_row[:, None, None] + (0 + index), mask=read[:, :, None], other=0)
-        scale = _x_scale(tl.load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, mask=read, other=0))
-        x = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
+        scale = _x_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
+        x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
         write = (out_ok[:, None] & in_segment)[:, :, None]
@@ -401,8 +421,7 @@ def _append_kernel(
                     keep = kept[:, None] & grew[None, :]
                     kept_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + kept_slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
                     old = tl.load(records + kept_row[:, None] + dim[None, :], mask=keep, other=0)
-                    old = old.to(tl.float8e4nv, bitcast=True).to(tl.float32) * rescale
-                    old_codes = _saturate(old, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+                    old_codes = _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old) * rescale)
                     tl.store(records + kept_row[:, None] + dim[None, :], old_codes, mask=keep)
             # Pass 2: the new rows at the block's exponent (a stored 0xFF, an infinite scale, gives 0 as in the seed).
             multiplier = tl.where(exponent > 127, 0.0, _exp2i(-exponent))
@@ -413,10 +432,9 @@ def _append_kernel(
                     part_loc = tl.sum(tl.where(parts[:, None] == r, nxt_parts, 0), axis=0)
                     x = tl.load(v_ptr + part.to(tl.int64)[:, None] * v_stride_t + head * v_stride_h + dim[None, :],
                                 mask=part_hit[:, None] & dim_ok[None, :], other=0.0).to(tl.float32)
-                    q = _saturate(x * multiplier[None, :], 448.0)
                     new_slot = part_loc % PAGE_SIZE
                     new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + new_slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
-                    tl.store(records + new_row[:, None] + dim[None, :], q.to(tl.float8e4nv).to(tl.uint8, bitcast=True),
+                    tl.store(records + new_row[:, None] + dim[None, :], _encode_fp8_e4m3fn(x * multiplier[None, :]),
                              mask=part_hit[:, None] & dim_ok[None, :])
             tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
 
@@ -442,7 +460,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     _append_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,
-        ENTRIES=entries, COLUMNS=columns, ROWS=knobs["rows"], num_warps=knobs["num_warps"], **geo)
+        ENTRIES=entries, COLUMNS=columns, ROWS=min(knobs["rows"], 32), num_warps=knobs["num_warps"], **geo)
 
 
 @triton.jit
@@ -569,14 +587,23 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
 
 
 def _ref_x_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
+    """Rule rceil: the unbiased exponent from amax's fp32 bits (see _x_exponent)."""
     a = amax_bits.to(torch.int32).clamp(min=0xDA24260)
-    e = (a >> 23) - (127 + 8) + ((a & 0x7FFFFF) > 0x600000).to(torch.int32)
+    mantissa = a & 0x7FFFFF
+    e = (a >> 23) - (127 + 8)
+    e = e + (mantissa > 0x600000).to(torch.int32)
     e = torch.where(a >= 0x7F800000, 127, e)
     return e.clamp(-127, 127)
 
 
-def _ref_x_scale(byte: torch.Tensor) -> torch.Tensor:
-    bits = byte.to(torch.int32) << 23
+def _ref_x_store(flat: torch.Tensor, addr: torch.Tensor, exponent: torch.Tensor) -> None:
+    """Write scales at byte addresses `addr` of the uint8 view `flat` (ue8m0)."""
+    flat[addr] = (exponent + 127).to(torch.uint8)
+
+
+def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (see _x_load)."""
+    bits = flat[addr].to(torch.int32) << 23
     bits = torch.where(bits == 0, 1 << 22, bits)
     return bits.view(torch.float32)
 
@@ -651,7 +678,7 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, ou
         scales = _ref_bytes(cache[plane * 2 + 1])
         sc_row = (page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + block * G.SF_X_BLOCK_STRIDE)[..., None]
         tile = torch.arange(G.X_TILES, device=ids.device)
-        scale = _ref_x_scale(scales[sc_row + tile * G.SF_X_DIM_STRIDE])
+        scale = _ref_x_load(scales, sc_row + tile * G.SF_X_DIM_STRIDE)
         x = _ref_decode(codes, "fp8_e4m3fn") * scale.repeat_interleave(1, -1)
         x = torch.where(ok, x, 0.0)
         o[..., 0:values] = _ref_cast(x, o.dtype, computed=True)

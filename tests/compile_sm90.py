@@ -7,7 +7,6 @@ Run as a script (the interpreter must be off): python -m tests.compile_sm90
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -23,9 +22,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-LAYOUTS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.layouts import LAYOUTS, module  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.uint8: "u8",
@@ -101,7 +99,7 @@ def calls_for(m, heads, values, page):
 def main() -> int:
     failures = 0
     for name in LAYOUTS:
-        m = importlib.import_module(f"generated.{name}")
+        m = module(name)
         shapes = {(m.HEADS or 8, m.VALUES or 128, max(64, m.PAGE_SIZE_MULTIPLE))}
         for heads, values, page in sorted(shapes):
             for fn, args, kwargs in calls_for(m, heads, values, page):

@@ -2,20 +2,11 @@
 filled with random bytes, and bit-level comparisons."""
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 import torch
 
 from tests.conftest import DEVICE
 from tests.corpus import random_bytes
-
-ROOT = Path(__file__).resolve().parent.parent
-LAYOUTS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
-
-
-def module(name: str):
-    return importlib.import_module(f"generated.{name}")
+from tests.layouts import LAYOUTS, ROOT, SPECS, ZOO, module  # noqa: F401  (re-exported)
 
 
 def cases(op: str) -> list:

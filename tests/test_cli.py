@@ -53,6 +53,10 @@ BAD_SPECS = [
     ("name mismatch", edit(GOOD, "name: dsv4_k", "name: dsv5"), "3:7", ["must equal the file name"]),
     ("bad enum", edit(GOOD, "dtype: fp8_e4m3fn", "dtype: fp8_e4m3"), "16:38", ["did you mean 'fp8_e4m3fn'"]),
     ("YAML syntax", edit(GOOD, "heads: 1", "heads: [1"), "10:5", ["YAML syntax error"]),
+    ("exact needs fp32", edit(GOOD, "rule: rceil ", "rule: exact "), "21:11", ["need format: fp32"]),
+    ("ue8m0 option on fp32", edit(GOOD, "format: ue8m0", "format: fp32"), "24:5", ["only ue8m0 scales have a byte"]),
+    ("tokens group is not padded", edit(edit(GOOD, "group: {values: 64}", "group: {tokens: 64}"), "size_multiple_of: 1",
+                                        "size_multiple_of: 64"), "25:13", ["only {values: N} groups are padded"]),
     ("misaligned raw", edit(edit(GOOD, "values: 448", "values: 447"), "group: {values: 64}", "group: {values: 447}"),
      None, ["not a multiple of 2"]),
 ]

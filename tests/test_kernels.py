@@ -108,6 +108,10 @@ def test_dequantize(name, out_dtype):
     data, scale = m.quantize_ref(torch.zeros(2, 5, values, device=DEVICE))
     data = random_bytes(torch.empty((2, 301) + data.shape[2:], dtype=data.dtype, device=DEVICE), gen)
     scale = random_bytes(torch.empty((2, 301) + scale.shape[2:], dtype=scale.dtype, device=DEVICE), gen)
+    # Every code and every scale byte, for certain (0x00 and 0xFF included).
+    every = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(DEVICE)
+    data.view(-1).view(torch.uint8)[:256] = every
+    scale.view(-1).view(torch.uint8)[:256] = every
     got = m.dequantize(data, scale, out_dtype)
     want = m.dequantize_ref(data, scale, out_dtype)
     assert got.dtype == out_dtype and got.shape == (2, 301, values)

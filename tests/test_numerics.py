@@ -7,49 +7,78 @@ import triton.language as tl
 
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import all_bf16, generator, scaled_normal
-from tests.harness import LAYOUTS, module
+from tests.harness import LAYOUTS, SPECS, module
 
 FMAX = {"fp8_e4m3fn": 448.0, "fp8_e5m2": 57344.0}
 
 
 def groups():
-    """(layout, group name, fmax, floor, lo, hi) for every scale group of every spec."""
+    """(layout, group, rule, element format, floor, lo, hi) for every scale group of every spec (zoo included)."""
     from codegen.build import build_layout, load_spec
-    from tests.harness import ROOT
+    from tests.layouts import ROOT, SPECS
     out = []
     for name in LAYOUTS:
-        kind, tree, display, digest = load_spec(ROOT / "specs" / f"{name}.yaml", ROOT)
+        folder = ROOT / "specs" if name in SPECS else ROOT / "tests" / "specs"
+        kind, tree, display, digest = load_spec(folder / f"{name}.yaml", ROOT)
         layout = build_layout(tree, display, digest)
         for g in layout.scales:
             seg = next(s for s in layout.segments if s.name == g.segment)
-            out.append((name, g.name, seg.element.fmax, g.amax_floor, g.exponent_lo, g.exponent_hi))
+            out.append(pytest.param(name, g.name, g.rule, seg.element, g.amax_floor, g.exponent_lo, g.exponent_hi,
+                                    id=f"{name}.{g.name}-{g.rule}"))
     return out
 
 
-@pytest.mark.parametrize("name,group,fmax,floor,lo,hi", groups())
-def test_scale_exponent_is_the_smallest_power_of_two_that_fits(name, group, fmax, floor, lo, hi):
-    """rceil: the smallest e with max(amax, floor) <= fmax * 2^e, clamped to [lo, hi]; checked
-    exactly (float64 products of powers of two) for every non-negative finite bf16 amax and 2^20
-    random fp32 ones."""
-    m = module(name)
-    exponent = getattr(m, f"_ref_{group}_exponent")
+def amax_corpus() -> torch.Tensor:
+    """Every non-negative finite bf16 value, 2^20 random fp32 ones, and fmax-relative boundaries."""
     bf16 = all_bf16().to(torch.float32)
-    gen = generator(3)
-    fp32 = torch.randint(0, 0x7F800000, (1 << 20,), dtype=torch.int32, generator=gen).view(torch.float32)
-    amax = torch.cat([bf16[(bf16 >= 0) & bf16.isfinite()], fp32])
-    e = exponent(amax.view(torch.int32)).to(torch.float64)
+    fp32 = torch.randint(0, 0x7F800000, (1 << 20,), dtype=torch.int32, generator=generator(3)).view(torch.float32)
+    return torch.cat([bf16[(bf16 >= 0) & bf16.isfinite()], fp32])
+
+
+@pytest.mark.parametrize("name,group,rule,element,floor,lo,hi", groups())
+def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo, hi):
+    """Each rule, checked exactly in float64 (products of powers of two are exact) against its
+    definition, for every non-negative finite bf16 amax and 2^20 random fp32 ones:
+    rceil   smallest e with amax <= fmax * 2^e
+    floor   2^e <= amax / 2^emax < 2^(e+1)             (OCP MX; emax = floor(log2 fmax))
+    ceil    2^(e-1) < amax / 2^emax <= 2^e
+    even    floor, after rounding amax to the element's mantissa width (half-up, as torchao EVEN)
+    nearest |log2(amax / fmax) - e| <= 1/2
+    exact   amax / fmax rounded once to fp32"""
+    m = module(name)
+    amax = amax_corpus()
+    bits = amax.view(torch.int32)
     a = amax.to(torch.float64).clamp(min=floor or 0.0)
-    fits = a <= fmax * torch.exp2(e)
-    smallest = (e == lo) | (a > fmax * torch.exp2(e - 1))
-    in_range = (e >= lo) & (e <= hi)
-    assert bool(in_range.all())
-    assert bool((fits | (e == hi)).all()), amax[~(fits | (e == hi))][:5]
-    assert bool(smallest.all()), amax[~smallest][:5]
+    fmax = element.fmax
+    emax = element.fmax_exponent
+    if rule == "exact":
+        got = getattr(m, f"_ref_{group}_exact_scale")(bits)
+        assert torch.equal(got.view(torch.int32), (a / fmax).to(torch.float32).view(torch.int32))
+        return
+    e = getattr(m, f"_ref_{group}_exponent")(bits).to(torch.float64)
+    assert bool(((e >= lo) & (e <= hi)).all())
+    free = (e > lo) & (e < hi) & (a >= 2.0 ** -126)      # not clamped, amax normal
+    p = torch.exp2(e)
+    if rule == "rceil":
+        ok = (a <= fmax * p) & ((e == lo) | (a > fmax * p / 2))
+        ok = ok | (e == hi)
+    elif rule == "floor":
+        ok = ~free | ((a >= p * 2.0 ** emax) & (a < 2 * p * 2.0 ** emax))
+    elif rule == "ceil":
+        ok = ~free | ((a > p * 2.0 ** (emax - 1)) & (a <= p * 2.0 ** emax))
+    elif rule == "even":
+        mant, ex = torch.frexp(a)                        # a = mant * 2^ex, mant in [0.5, 1)
+        step = 2.0 ** -(element.mantissa_bits + 1)
+        rounded = torch.floor(mant / step + 0.5) * step * torch.exp2(ex.to(torch.float64))
+        ok = ~free | ((rounded >= p * 2.0 ** emax) & (rounded < 2 * p * 2.0 ** emax))
+    elif rule == "nearest":
+        ok = ~free | ((torch.log2(a / fmax) - e).abs() <= 0.5)
+    assert bool(ok.all()), amax[~ok][:5]
     # An infinite amax takes the largest exponent.
-    assert int(exponent(torch.tensor([float("inf")]).view(torch.int32))) == hi
+    assert int(getattr(m, f"_ref_{group}_exponent")(torch.tensor([float("inf")]).view(torch.int32))) == hi
 
 
-@pytest.mark.parametrize("name", [n for n in LAYOUTS if "quantize" in module(n).OPS])
+@pytest.mark.parametrize("name", [n for n in SPECS if "quantize" in module(n).OPS])
 def test_quantization_error_is_half_an_fp8_step(name):
     """|dequantize(quantize(x)) - x| <= max(|x| * 2^-4, 2^(e - 10)) for e4m3 (3 mantissa bits,
     subnormal step 2^-9 at scale 2^e), for finite rows over scales 2^-20..2^20."""
