@@ -110,9 +110,20 @@ def cpu_vs_cuda_torch():
         print(f"torch cuda vs cpu {name}: non-NaN mismatches {int(bad.sum())} of {x.numel()}; NaN -> cuda {nan_a} cpu {nan_c}")
 
 
+def widening_nans():
+    """Do bf16 -> fp32 and fp16 -> fp32 keep NaN payloads (a shift) or canonicalize them?"""
+    for dt, nans in ((torch.bfloat16, [0x7FC0, 0x7FC1, 0xFFC0, 0x7F81]), (torch.float16, [0x7E00, 0x7E01, 0xFE00, 0x7C01])):
+        x = torch.tensor(nans, dtype=torch.int32, device="cuda").to(torch.int16).view(dt)
+        got = cast(x, torch.float32).view(torch.int32)
+        print(f"{dt} NaN -> fp32 bits:", [hex(int(v) & 0xFFFFFFFF) for v in got])
+
+
 def main():
     assert torch.cuda.is_available()
     print("device", torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
+    widening_nans()
+    if "--quick" in sys.argv:
+        return 0
     cpu_vs_cuda_torch()
     exhaustive_f32(torch.float8_e4m3fn, lambda x: sat_ref(x, torch.float8_e4m3fn, 448.0), "f32->e4m3fn")
     exhaustive_f32(torch.float8_e5m2, lambda x: sat_ref(x, torch.float8_e5m2, 57344.0), "f32->e5m2")
