@@ -64,7 +64,8 @@ def test_quantize_store(name, src_dtype):
     m = module(name)
     gen = generator(12)
     heads, values, page = dims(m)
-    tokens = 333
+    # 333 tokens, or more so that every bf16 bit pattern goes through the encoder
+    tokens = max(333, -(-adversarial_rows(values, gen).shape[0] // heads))
     num_pages = -(-tokens * 3 // 2 // page)
     num_slots = num_pages * page
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
@@ -127,7 +128,7 @@ def test_append(name, launch, monkeypatch):
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
     heads, values, page = dims(m)
-    num_pages = 12
+    num_pages = 24
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     cache_ref = clone(m, cache)
     pages = torch.randperm(num_pages, generator=gen).tolist()
@@ -137,6 +138,16 @@ def test_append(name, launch, monkeypatch):
     def slot(seq, t):
         return seqs[seq][t // page] + t % page
 
+    # Every bf16 bit pattern through the encoder: one sequence's prefill on pages of its own.
+    patterns = adversarial_rows(values, gen)
+    pattern_tokens = -(-patterns.shape[0] // heads)
+    spare = pages[2 * len(lengths):]
+    first = [spare[t // page] * page + t % page for t in range(pattern_tokens)]
+    rows = torch.cat([patterns, patterns[: pattern_tokens * heads - patterns.shape[0]]]).view(pattern_tokens, heads, values)
+    v = rows.to(DEVICE)
+    m.append(v, torch.tensor(first).to(DEVICE), cache, page)
+    m.append_ref(v, torch.tensor(first).to(DEVICE), cache_ref, page)
+    assert_same_cache(m, cache, cache_ref, f"{name}.append every bf16 pattern")
     # Prefill: every sequence's tokens in one call, sequences one after another.
     loc = [slot(s, t) for s, n in enumerate(lengths) for t in range(n)] + [-1]
     steps = [torch.tensor(loc)]
