@@ -381,12 +381,10 @@ def _gather_dequant_kernel(
     CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T rows of one plane per program, a row being one head of one token id (heads fastest):
-    read each row's record and scales, write its values."""
-    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    token = row // HEADS
-    head = row % HEADS
-    in_range = row < n_tokens * HEADS
+    """BLOCK_T token ids of one (plane, head) per program: read each slot's record and scales, write values."""
+    token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    head = tl.program_id(1) % HEADS
+    in_range = token < n_tokens
     loc = tl.load(token_ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative ids and ids past the cache read as zeros.
     ok = in_range & (loc >= 0) & (loc < num_slots)
@@ -419,7 +417,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
     launch = _launch("gather_dequant", geo["VALUES"])
-    grid = (triton.cdiv(n_tokens * geo["HEADS"], launch["BLOCK_T"]), len(PLANES))
+    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
@@ -461,12 +459,10 @@ def _quantize_store_kernel(
     CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T rows of one plane per program, a row being one head of one token (heads fastest, so a
-    program reads and writes whole tokens): quantize each row and scatter it to its token's slot."""
-    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    token = row // HEADS
-    head = row % HEADS
-    in_range = row < n_tokens * HEADS
+    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
+    token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    head = tl.program_id(1) % HEADS
+    in_range = token < n_tokens
     loc = tl.load(loc_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative slots, slots past the cache are never written.
     ok = in_range & (loc >= 0) & (loc < num_slots)
@@ -499,7 +495,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     if n_tokens == 0:
         return
     launch = _launch("quantize_store", values)
-    grid = (triton.cdiv(n_tokens * heads, launch["BLOCK_T"]), len(PLANES))
+    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
     _quantize_store_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,

@@ -373,19 +373,17 @@ def _quantize_store_kernel(
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
     SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T rows of one plane per program, a row being one head of one token (heads fastest, so a
-    program reads and writes whole tokens): quantize each row and scatter it to its token's slot."""
-    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    token = row // HEADS
-    head = row % HEADS
-    in_range = row < n_tokens * HEADS
+    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
+    token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    head = tl.program_id(1) % HEADS
+    in_range = token < n_tokens
     loc = tl.load(loc_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative slots, slots past the cache and the sink slot are never written.
     ok = in_range & (loc >= 0) & (loc < num_slots) & (loc != 0)
     loc = tl.where(ok, loc, 0)
     page = loc // PAGE_SIZE
     slot = loc % PAGE_SIZE
-    plane = tl.program_id(1)
+    plane = tl.program_id(1) // HEADS
     if plane == 0:
         x_row = token.to(tl.int64) * k_stride_t + head * k_stride_h
         records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
@@ -422,7 +420,7 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
     if n_tokens == 0:
         return
     launch = _launch("quantize_store", values)
-    grid = (triton.cdiv(n_tokens * heads, launch["BLOCK_T"]), len(PLANES))
+    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
     _quantize_store_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,
@@ -444,19 +442,17 @@ def _gather_dequant_kernel(
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
     SF_X_SLOT_MOD32_STRIDE: tl.constexpr, SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T rows of one plane per program, a row being one head of one token id (heads fastest):
-    read each row's record and scales, write its values."""
-    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    token = row // HEADS
-    head = row % HEADS
-    in_range = row < n_tokens * HEADS
+    """BLOCK_T token ids of one (plane, head) per program: read each slot's record and scales, write values."""
+    token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    head = tl.program_id(1) % HEADS
+    in_range = token < n_tokens
     loc = tl.load(token_ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative ids and ids past the cache read as zeros.
     ok = in_range & (loc >= 0) & (loc < num_slots)
     loc = tl.where(ok, loc, 0)
     page = loc // PAGE_SIZE
     slot = loc % PAGE_SIZE
-    plane = tl.program_id(1)
+    plane = tl.program_id(1) // HEADS
     if plane == 0:
         records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
         rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
@@ -493,7 +489,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
     launch = _launch("gather_dequant", geo["VALUES"])
-    grid = (triton.cdiv(n_tokens * geo["HEADS"], launch["BLOCK_T"]), len(PLANES))
+    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
