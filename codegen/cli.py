@@ -98,13 +98,31 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--page-size", type=int)
     e.add_argument("--heads", type=int)
     e.add_argument("--values", type=int)
-    b = sub.add_parser("bench", help="benchmark every spec x op on the GPU (see bench/)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help)")
     return p
 
 
+def _verb_index(argv) -> int | None:
+    """Index of the command word, skipping the global options before it."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--root":
+            i += 2
+        elif argv[i].startswith("-"):
+            i += 1
+        else:
+            return i
+    return None
+
+
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verb = _verb_index(argv)
+    if verb is not None and argv[verb] == "bench":  # the rest belongs to bench/run.py's own parser
+        args = parser().parse_args(argv[: verb + 1])
+        args.rest = argv[verb + 1:]
+    else:
+        args = parser().parse_args(argv)
     root = (args.root or find_root(Path.cwd())).resolve()
     handler = {"generate": cmd_generate, "check": cmd_check, "explain": cmd_explain, "bench": cmd_bench}[args.command]
     try:
