@@ -250,6 +250,11 @@ class Compat:
     types: tuple                  # (type name, fields)
     functions: tuple
 
+    @property
+    def uses_torch(self) -> bool:
+        """Whether the module names torch: for its named tuple fields or a torch.* default."""
+        return bool(self.types) or any((d or "").startswith("torch.") for f in self.functions for _, d in f.params)
+
 
 def op_params(layout: Layout, op: str) -> tuple:
     """The parameters of a generated operation (and of its ``_ref``), in order."""

@@ -700,7 +700,7 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, ou
     """Pure-torch twin of gather_dequant: returns the same bytes."""
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     G = SimpleNamespace(**geo)
-    heads, values = G.HEADS, G.VALUES
+    heads = G.HEADS
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
     loc = torch.where(ok[:, 0, 0], ids, 0)
@@ -757,7 +757,6 @@ def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_si
 def quantize_ref(x: torch.Tensor):
     """Pure-torch twin of quantize: returns the same bytes."""
     x2, lead, geo = _prepare_quantize(x)
-    values = geo["VALUES"]
     n_rows = x2.shape[0]
     data = torch.empty((n_rows, geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
     scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)

@@ -740,7 +740,8 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, ou
     """Pure-torch twin of gather_dequant: returns the same bytes."""
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     G = SimpleNamespace(**geo)
-    heads, values = G.HEADS, G.VALUES
+    heads = G.HEADS
+    values = G.VALUES
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
     loc = torch.where(ok[:, 0, 0], ids, 0)

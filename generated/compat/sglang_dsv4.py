@@ -7,10 +7,6 @@ sglang python/sglang/srt/layers/attention/dsv4/dequant_k_cache.py (plus the writ
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import torch
-
 from .. import dsv4_k
 
 __all__ = ["dequantize_k_cache_paged", "dequantize_k_cache_paged_ref", "quantize_k_cache_paged"]
