@@ -99,7 +99,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     )
 
 
-# Launch shapes measured best on an H200 (bench/RESULTS.md); a spec's `tuning` overrides them.
+# Default launch shapes (a good middle in the H200 sweeps, bench/RESULTS.md); a spec's `tuning` overrides them per op.
 DEFAULT_LAUNCH = {
     "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4},
