@@ -255,7 +255,7 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")
     fields = {k: v for k, v in g.items() if k not in ("mark", "tree", "terms")}
     terms = None if g["rule"] == "exact" else rule_terms(g["rule"], seg["element"])
-    return ScaleGroup(count=count, padded_count=padded, terms=terms, **fields)
+    return ScaleGroup(count=count, padded_count=padded, terms=terms, element=seg["element"], **fields)
 
 
 def _attach_scale(s: dict, groups) -> Segment:

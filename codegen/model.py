@@ -33,10 +33,16 @@ class ScaleGroup:
     count: Expr                   # scales of one token and head ("values" groups)
     padded_count: Expr            # entries stored per token and head, padding included
     segment: str                  # the one segment quantized with this group
+    element: ElementFormat        # that segment's element format
 
     @property
     def exact(self) -> bool:
         return self.rule == "exact"
+
+    @property
+    def walk(self) -> str:
+        """The coordinate a segment helper steps through: one scale per tile, or per value index."""
+        return "scale" if self.kind == "values" else "dim"
 
     @property
     def tile(self) -> int:

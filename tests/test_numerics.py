@@ -22,8 +22,7 @@ def groups():
         kind, tree, display, digest = load_spec(folder / f"{name}.yaml", ROOT)
         layout = build_layout(tree, display, digest)
         for g in layout.scales:
-            seg = next(s for s in layout.segments if s.name == g.segment)
-            out.append(pytest.param(name, g.name, g.rule, seg.element, g.amax_floor, g.exponent_lo, g.exponent_hi,
+            out.append(pytest.param(name, g.name, g.rule, g.element, g.amax_floor, g.exponent_lo, g.exponent_hi,
                                     id=f"{name}.{g.name}-{g.rule}"))
     return out
 
