@@ -87,12 +87,11 @@ def test_quantization_error_is_half_an_fp8_step(name):
     data, scale = m.quantize(x)
     y = m.dequantize(data, scale, torch.float32)
     err = (y - x.float()).abs()
-    bound = (x.float().abs() * 2.0 ** -4).clamp(min=0)
+    bound = x.float().abs() * 2.0 ** -4
     # per-tile scale, expanded per value: the largest exponent in the row bounds the subnormal step
     e = scale.to(torch.float32).amax(-1, keepdim=True) - 127
     bound = torch.maximum(bound, torch.exp2(e - 10))
-    quantized = [s for s in range(values)]  # raw segments are exact, quantized within the bound
-    assert bool((err[..., quantized] <= bound[..., quantized]).all())
+    assert bool((err <= bound).all())   # raw segments (DSv4 rope) are exact, so they pass too
 
 
 @triton.jit
