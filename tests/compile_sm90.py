@@ -19,32 +19,40 @@ os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton._C.libtriton import native_specialize_impl  # noqa: E402
+from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.layouts import LAYOUTS, module  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.uint8: "u8",
-         torch.int32: "i32", torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5"}
 
 
-CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+def ptxas_path() -> str:
+    """The ptxas Triton itself uses for sm_90 (its bundled copy)."""
+    from triton.backends.nvidia import compiler as nvidia
+    try:
+        return nvidia.get_ptxas(TARGET.arch).path
+    except TypeError:  # Triton releases whose get_ptxas takes no arch
+        return nvidia.get_ptxas().path
+    except AttributeError:  # Triton releases without get_ptxas
+        return triton.knobs.nvidia.ptxas.path
 
 
-def resource_usage(cubin: bytes) -> dict:
-    """Registers, stack, local (spill) and shared bytes per kernel from cuobjdump (shipped with Triton)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
+def resource_usage(ptx: str) -> dict:
+    """Registers, spilled bytes, stack and shared memory per kernel, from ptxas -v (shipped with Triton)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
         f.flush()
-        text = subprocess.run([str(CUOBJDUMP), "--dump-resource-usage", f.name], capture_output=True,
-                              text=True, check=True).stdout
+        text = subprocess.run([ptxas_path(), "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                              capture_output=True, text=True, check=True).stderr
     usage = {}
-    for key, pattern in (("registers", r"REG:(\d+)"), ("stack", r"STACK:(\d+)"), ("local", r"LOCAL:(\d+)"),
-                         ("shared", r"SHARED:(\d+)")):
+    for key, pattern in (("registers", r"Used (\d+) registers"), ("spill_stores", r"(\d+) bytes spill stores"),
+                         ("spill_loads", r"(\d+) bytes spill loads"), ("stack", r"(\d+) bytes stack frame"),
+                         ("shared", r"(\d+) bytes smem")):
         match = re.search(pattern, text)
-        usage[key] = int(match.group(1)) if match else None
+        usage[key] = int(match.group(1)) if match else 0
     return usage
 
 
@@ -59,17 +67,23 @@ class Recorder:
 
 
 def signature(fn, args, kwargs):
-    sig, constexprs = {}, {}
+    """Types, constexprs and alignment attributes of one call, specialized as Triton's JIT does
+    (ints equal to 1 become constexprs; pointers and ints divisible by 16 are marked so)."""
+    sig, constexprs, attrs = {}, {}, {}
     values = dict(zip(fn.arg_names, args), **{k: v for k, v in kwargs.items() if k in fn.arg_names})
-    for p in fn.params:
+    for i, p in enumerate(fn.params):
         v = values[p.name]
         if p.is_constexpr:
             sig[p.name], constexprs[p.name] = "constexpr", v
-        elif isinstance(v, torch.Tensor):
-            sig[p.name] = "*" + TYPES[v.dtype]
-        else:
-            sig[p.name] = "i64" if abs(int(v)) >= 2 ** 31 else "i32"
-    return sig, constexprs
+            continue
+        kind, key = native_specialize_impl(BaseBackend, v, False, True, True)
+        if kind == "constexpr":
+            sig[p.name], constexprs[p.name] = "constexpr", key
+            continue
+        sig[p.name] = kind
+        if key:
+            attrs[(i,)] = BaseBackend.parse_attr(key)
+    return sig, constexprs, attrs
 
 
 def calls_for(m, heads, values, page):
@@ -103,14 +117,13 @@ def main() -> int:
         shapes = {(m.HEADS or 8, m.VALUES or 128, max(64, m.PAGE_SIZE_MULTIPLE))}
         for heads, values, page in sorted(shapes):
             for fn, args, kwargs in calls_for(m, heads, values, page):
-                sig, constexprs = signature(fn, args, kwargs)
+                sig, constexprs, attrs = signature(fn, args, kwargs)
                 options = {"num_warps": kwargs.get("num_warps", 4)}
                 record = {"layout": name, "kernel": fn.__name__, "heads": heads, "values": values, "page": page}
                 try:
-                    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+                    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                                               target=TARGET, options=options)
-                    cubin = compiled.asm["cubin"]
-                    record.update(ok=bool(cubin), **resource_usage(cubin))
+                    record.update(ok=bool(compiled.asm["cubin"]), **resource_usage(compiled.asm["ptx"]))
                 except Exception as exc:  # noqa: BLE001 - report every failure, then fail
                     record.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}")
                 failures += not record["ok"]

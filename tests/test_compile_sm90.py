@@ -16,5 +16,6 @@ def test_every_kernel_compiles_for_sm90():
     assert not failed, failed
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {r["layout"] for r in records} == set(LAYOUTS)
-    # No kernel may spill to local memory.
-    assert all(r["local"] == 0 for r in records), [r for r in records if r["local"]]
+    # No kernel may spill registers to local memory.
+    spilled = [r for r in records if r["spill_stores"] or r["spill_loads"]]
+    assert not spilled, spilled
