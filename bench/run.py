@@ -5,6 +5,8 @@ Scenarios:
   prefill  contiguous runs of slots (whole sequences written at once)
   gather   page tables of whole sequences: random pages, contiguous within a page
   random   uniformly random slots (the worst case)
+  grow     (append) a decode step in which every value index's exponent grows: the block's other
+           rows are rescaled; timed as (fresh step + growing step) minus the fresh step
   dense    plain (rows, values) tensors
 Bytes are counted minimally: each input read once, each output written once. The device copy
 (read + write of 1 GiB) is measured in the same run. Times are medians of triton.testing.do_bench;
@@ -45,6 +47,7 @@ class Case:
     fn: object = None           # the call to time
     working_set: int = 0        # bytes of the tensors involved
     small: bool = False
+    baseline: object = None     # a call timed alike and subtracted (it sets up fn's state)
 
 
 @dataclass
@@ -105,6 +108,28 @@ def random_slots(tokens: int, num_slots: int) -> torch.Tensor:
     return torch.randperm(num_slots, device="cuda")[:tokens]
 
 
+def growing_decode(name, m, cache, num_pages, page, tokens, heads, values, per_token) -> Case:
+    """One token per sequence into the second slot of a block whose first slot was just written
+    with rows 2^24 times smaller: every exponent grows, so the block's other rows are rescaled.
+    Counted: the token's bytes plus reading and writing the block's other rows."""
+    block = m.APPEND_BLOCK
+    first = decode_slots(tokens, num_pages, page) // block * block
+    small = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
+    large = [(x.float() * 2.0 ** 24).to(x.dtype) for x in small]
+    second = first + 1
+
+    def fresh():
+        m.append(*small, first, cache, page)
+
+    def fresh_then_grow():
+        fresh()
+        m.append(*large, second, cache, page)
+
+    moved = tokens * per_token + nbytes(second) + 2 * tokens * len(m.PLANES) * heads * (block - 1) * values
+    return Case(name, "append", "grow", f"{tokens} tok, {num_pages}x{page}", moved, fresh_then_grow,
+                nbytes(*cache) + moved, True, baseline=fresh)
+
+
 def record_bytes(m, geo) -> int:
     """Bytes of one token-and-head record plus its used scale bytes (no padding)."""
     return geo["RECORD_BYTES"] + sum(v for k, v in geo.items() if k.endswith("_TILES"))
@@ -156,6 +181,8 @@ def cases_for(name: str, quick: bool) -> list:
                 out.append(Case(name, op, scenario, f"{tokens} tok, {num_pages}x{page}", moved,
                                 lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page), nbytes(*cache) + moved,
                                 tokens <= SMALL_TOKENS))
+            if op == "append" and tokens <= SMALL_TOKENS:
+                out.append(growing_decode(name, m, cache, num_pages, page, tokens, heads, values, per_token))
     if "quantize" in m.OPS:
         # small: one call's K rows (2048 tokens x heads x values); large: the seed's 65536 x 4096
         # (DSv4: 2^18 records of 512).
@@ -189,10 +216,27 @@ def graph_us(fn) -> float:
 
 
 def measure(case: Case, copy_gbps: float) -> Result:
-    ms = triton.testing.do_bench(case.fn, warmup=25, rep=200, return_mode="median")
+    def timed(fn):
+        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+    ms = timed(case.fn) - (timed(case.baseline) if case.baseline else 0.0)
+    graph = None
+    if case.small:
+        graph = graph_us(case.fn) - (graph_us(case.baseline) if case.baseline else 0.0)
     gbps = case.bytes / ms / 1e6
     return Result(case.layout, case.op, case.scenario, case.size, ms * 1e3, gbps, 100 * gbps / copy_gbps,
-                  graph_us(case.fn) if case.small else None, case.working_set / 2 ** 20)
+                  graph, case.working_set / 2 ** 20)
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    pass
+
+
+def launch_floor_us() -> float:
+    """Per-call GPU time of an empty one-program Triton kernel replayed from a CUDA graph."""
+    x = torch.empty(1, device="cuda")
+    return graph_us(lambda: _empty_kernel[(1,)](x))
 
 
 SWEEP = {
@@ -214,6 +258,8 @@ def sweep(cases, copy_gbps: float) -> str:
             m._launch.cache_clear()
             try:
                 ms = triton.testing.do_bench(case.fn, warmup=10, rep=40, return_mode="median")
+                if case.baseline:
+                    ms -= triton.testing.do_bench(case.baseline, warmup=10, rep=40, return_mode="median")
             except Exception as exc:  # noqa: BLE001 - a launch shape the kernel cannot take
                 lines.append(f"{case.layout}.{case.op} {case.scenario} {case.size} {knobs}: {type(exc).__name__}")
                 continue
@@ -258,6 +304,7 @@ def main(argv=None) -> int:
         return 2
     torch.manual_seed(0)
     copy_gbps = device_copy_gbps()
+    floor = launch_floor_us()
     layouts = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
     results = []
     for name in layouts:
@@ -274,8 +321,10 @@ def main(argv=None) -> int:
     if args.sweep:
         return 0
     print(table(results, copy_gbps))
+    print(f"launch floor: {floor:.2f} us per empty Triton kernel replayed from a CUDA graph")
     if args.json:
         args.json.write_text(json.dumps({"environment": environment(), "copy_gbps": copy_gbps,
+                                         "launch_floor_us": floor,
                                          "results": [asdict(r) for r in results]}, indent=1))
     return 0
 

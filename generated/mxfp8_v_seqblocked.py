@@ -37,6 +37,7 @@ HEADS = None  # taken from the tensors
 VALUES = None  # taken from the tensors
 PAGE_SIZE_MULTIPLE = 32
 SINK_SLOT = None
+APPEND_BLOCK = 32  # slots that share one scale per head and value index
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
