@@ -132,7 +132,7 @@ def test_append(name, launch, monkeypatch):
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     cache_ref = clone(m, cache)
     pages = torch.randperm(num_pages, generator=gen).tolist()
-    lengths = [page + 19, 45, 7, 1]                       # tokens already in each sequence
+    lengths = [page + 19, 45, 7, 1, 62]       # tokens already in each sequence (62: a fresh block at step 2)
     seqs = [[pages[2 * i] * page, pages[2 * i + 1] * page] for i in range(len(lengths))]
 
     def slot(seq, t):
