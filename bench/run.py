@@ -8,7 +8,8 @@ Scenarios:
   grow     (append) a decode step in which every value index's exponent grows: the block's other
            rows are rescaled; timed as (fresh step + growing step) minus the fresh step
   dense    plain (rows, values) tensors
-Bytes are counted minimally: each input read once, each output written once. The device copy
+Bytes are counted minimally: each input read once, each output written once (a scale shared by a
+block of tokens once per distinct block; an append reads and writes its exponents). The device copy
 (read + write of 1 GiB) is measured in the same run. Times are medians of triton.testing.do_bench;
 small sizes also report the per-call time of 100 calls replayed from one CUDA graph.
 
@@ -108,11 +109,11 @@ def random_slots(tokens: int, num_slots: int) -> torch.Tensor:
     return torch.randperm(num_slots, device="cuda")[:tokens]
 
 
-def growing_decode(name, m, cache, num_pages, page, tokens, heads, values, per_token) -> Case:
+def growing_decode(name, m, geo, cache, num_pages, page, tokens, heads, values) -> Case:
     """One token per sequence into the second slot of a block whose first slot was just written
     with rows 2^24 times smaller: every exponent grows, so the block's other rows are rescaled.
     Counted: the token's bytes plus reading and writing the block's other rows."""
-    block = m.APPEND_BLOCK
+    block = m.SCALE_GROUP_TOKENS
     first = decode_slots(tokens, num_pages, page) // block * block
     small = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
     large = [(x.float() * 2.0 ** 24).to(x.dtype) for x in small]
@@ -125,14 +126,24 @@ def growing_decode(name, m, cache, num_pages, page, tokens, heads, values, per_t
         fresh()
         m.append(*large, second, cache, page)
 
-    moved = tokens * per_token + nbytes(second) + 2 * tokens * len(m.PLANES) * heads * (block - 1) * values
+    moved = (rows_bytes(m, geo, tokens, heads, values) + 2 * scale_bytes(m, geo, second, heads) + nbytes(second)
+             + 2 * tokens * len(m.PLANES) * heads * (block - 1) * values)
     return Case(name, "append", "grow", f"{tokens} tok, {num_pages}x{page}", moved, fresh_then_grow,
                 nbytes(*cache) + moved, True, baseline=fresh)
 
 
-def record_bytes(m, geo) -> int:
-    """Bytes of one token-and-head record plus its used scale bytes (no padding)."""
-    return geo["RECORD_BYTES"] + sum(v for k, v in geo.items() if k.endswith("_TILES"))
+def rows_bytes(m, geo, tokens, heads, values) -> int:
+    """Each token's records (no padding) and bf16 rows, every plane and head."""
+    return tokens * len(m.PLANES) * heads * (geo["RECORD_BYTES"] + values * 2)
+
+
+def scale_bytes(m, geo, slots, heads) -> int:
+    """The scale bytes a call needs once: each record's own for value groups; for token groups, each
+    distinct block's (one scale per block, head and value index)."""
+    if m.SCALE_GROUP_TOKENS == 1:
+        return slots.numel() * len(m.PLANES) * heads * geo.get("DENSE_SCALE_BYTES", 0)
+    blocks = torch.unique(slots[slots >= 0] // m.SCALE_GROUP_TOKENS).numel()
+    return blocks * len(m.PLANES) * heads * sum(v for k, v in geo.items() if k.endswith("_TILES"))
 
 
 def cases_for(name: str, quick: bool) -> list:
@@ -141,7 +152,6 @@ def cases_for(name: str, quick: bool) -> list:
     heads, values = m.HEADS or 8, m.VALUES or 128
     page = 64 if m.PAGE_SIZE_MULTIPLE == 1 else 128
     geo = m.geometry(page, heads, values)
-    per_token = len(m.PLANES) * heads * (record_bytes(m, geo) + values * 2)   # record + scales + bf16 row
     large = 1 << 17 if not quick else 1 << 15
     # DSv4 reads are measured at the seed's benchmark size: 2^20 ids over 16384 pages of 64.
     read_large = 1 << 20 if name == "dsv4_k" and not quick else large
@@ -160,7 +170,7 @@ def cases_for(name: str, quick: bool) -> list:
                 dests = tuple(torch.empty(tokens, heads, values, dtype=torch.bfloat16, device="cuda")
                               for _ in m.PLANES)
                 dest = dests if len(dests) > 1 else dests[0]
-                moved = tokens * per_token + nbytes(ids)
+                moved = rows_bytes(m, geo, tokens, heads, values) + scale_bytes(m, geo, ids, heads) + nbytes(ids)
                 out.append(Case(name, "gather_dequant", scenario, f"{tokens} ids, {num_pages}x{page}", moved,
                                 lambda c=cache, i=ids, o=dest: m.gather_dequant(c, i, page, out=o),
                                 nbytes(*cache) + moved, tokens <= SMALL_TOKENS))
@@ -177,12 +187,14 @@ def cases_for(name: str, quick: bool) -> list:
                 scenarios.append(("random", random_slots(tokens, num_pages * page)))
             for scenario, loc in scenarios:
                 srcs = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
-                moved = tokens * per_token + nbytes(loc)
+                # an append reads the stored exponents and writes the new ones
+                scales = scale_bytes(m, geo, loc, heads) * (2 if op == "append" else 1)
+                moved = rows_bytes(m, geo, tokens, heads, values) + scales + nbytes(loc)
                 out.append(Case(name, op, scenario, f"{tokens} tok, {num_pages}x{page}", moved,
                                 lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page), nbytes(*cache) + moved,
                                 tokens <= SMALL_TOKENS))
             if op == "append" and tokens <= SMALL_TOKENS:
-                out.append(growing_decode(name, m, cache, num_pages, page, tokens, heads, values, per_token))
+                out.append(growing_decode(name, m, geo, cache, num_pages, page, tokens, heads, values))
     if "quantize" in m.OPS:
         # small: one call's K rows (2048 tokens x heads x values); large: the seed's 65536 x 4096
         # (DSv4: 2^18 records of 512).

@@ -40,6 +40,7 @@ HEADS = 1
 VALUES = 512
 PAGE_SIZE_MULTIPLE = 1
 SINK_SLOT = None
+SCALE_GROUP_TOKENS = 1  # slots that share one scale (1: each token has its own)
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)

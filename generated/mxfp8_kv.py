@@ -39,6 +39,7 @@ HEADS = None  # taken from the tensors
 VALUES = None  # taken from the tensors
 PAGE_SIZE_MULTIPLE = 32
 SINK_SLOT = 0
+SCALE_GROUP_TOKENS = 1  # slots that share one scale (1: each token has its own)
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
