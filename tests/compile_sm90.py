@@ -91,6 +91,7 @@ def calls_for(m, heads, values, page):
     calls = []
     for name in dir(m):
         obj = getattr(m, name)
+        obj = obj.fn if isinstance(obj, Recorder) else obj   # a module is recorded once per shape
         if name.endswith("_kernel") and hasattr(obj, "arg_names"):
             setattr(m, name, Recorder(obj, calls))
     tokens = 40
@@ -115,6 +116,8 @@ def main() -> int:
     for name in LAYOUTS:
         m = module(name)
         shapes = {(m.HEADS or 8, m.VALUES or 128, max(64, m.PAGE_SIZE_MULTIPLE))}
+        if m.SCALE_GROUP_TOKENS > 1:   # readers load token-group scales as 2-, 4- or 8-byte words by page size
+            shapes |= {(m.HEADS or 8, m.VALUES or 128, blocks * m.SCALE_GROUP_TOKENS) for blocks in (4, 8)}
         for heads, values, page in sorted(shapes):
             for fn, args, kwargs in calls_for(m, heads, values, page):
                 sig, constexprs, attrs = signature(fn, args, kwargs)
