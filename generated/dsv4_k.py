@@ -298,7 +298,13 @@ def _nope_store(addr, exponent, mask):
 @triton.jit
 def _nope_load(addr, mask):
     """Read scales of group nope as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 0.0); masked-off lanes read 0."""
-    bits = tl.load(addr, mask=mask, other=0).to(tl.int32) << _F32_MANTISSA_BITS
+    return _nope_from_bytes(tl.load(addr, mask=mask, other=0).to(tl.int32), mask)
+
+
+@triton.jit
+def _nope_from_bytes(byte, mask):
+    """ue8m0 bytes (as int32) -> fp32 scales."""
+    bits = byte << _F32_MANTISSA_BITS
     return bits.to(tl.float32, bitcast=True)
 
 

@@ -311,7 +311,13 @@ def _x_store(addr, exponent, mask):
 @triton.jit
 def _x_load(addr, mask):
     """Read scales of group x as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127); masked-off lanes read 0."""
-    bits = tl.load(addr, mask=mask, other=0).to(tl.int32) << _F32_MANTISSA_BITS
+    return _x_from_bytes(tl.load(addr, mask=mask, other=0).to(tl.int32), mask)
+
+
+@triton.jit
+def _x_from_bytes(byte, mask):
+    """ue8m0 bytes (as int32) -> fp32 scales."""
+    bits = byte << _F32_MANTISSA_BITS
     bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
 

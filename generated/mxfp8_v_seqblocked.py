@@ -297,9 +297,29 @@ def _x_store(addr, exponent, mask):
 @triton.jit
 def _x_load(addr, mask):
     """Read scales of group x as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127); masked-off lanes read 0."""
-    bits = tl.load(addr, mask=mask, other=0).to(tl.int32) << _F32_MANTISSA_BITS
+    return _x_from_bytes(tl.load(addr, mask=mask, other=0).to(tl.int32), mask)
+
+
+@triton.jit
+def _x_from_bytes(byte, mask):
+    """ue8m0 bytes (as int32) -> fp32 scales."""
+    bits = byte << _F32_MANTISSA_BITS
     bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _x_load_words(word_row, dim, block, mask, WORD: tl.constexpr):
+    """Scales of group x where one value index's bytes for every block of a page are adjacent
+    (block fastest): one WORD-byte word per value index, its byte `block` taken (little-endian)."""
+    if WORD == 2:
+        words = tl.load(word_row.to(tl.pointer_type(tl.int16)) + dim, mask=mask, other=0).to(tl.int32)
+    elif WORD == 4:
+        words = tl.load(word_row.to(tl.pointer_type(tl.int32)) + dim, mask=mask, other=0)
+    else:
+        words = tl.load(word_row.to(tl.pointer_type(tl.int64)) + dim, mask=mask, other=0)
+    byte = ((words >> (block * 8).to(words.dtype)) & 0xFF).to(tl.int32)
+    return _x_from_bytes(byte, mask)
 
 
 @triton.jit
@@ -327,8 +347,8 @@ def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
 
 
 @triton.jit
-def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr):
+def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, block,
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, WORD: tl.constexpr):
     """x: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (rows not row_ok read as 0)."""
     lane = tl.arange(0, 1)
     for first in range(0, TILES, CHUNK):
@@ -337,7 +357,10 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         index = tile[None, :, None] * 1 + lane[None, None, :]
         codes = tl.load(rec_ptr + rec_row[:, None, None] + (0 + index), mask=read[:, :, None], other=0)
-        scale = _x_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
+        if WORD == 0:
+            scale = _x_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
+        else:   # the block coordinate has stride 1: drop it to address the value index's word
+            scale = _x_load_words(sc_ptr + (sc_row - block)[:, None], tile[None, :], block[:, None], read, WORD)
         x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
@@ -469,7 +492,7 @@ def _gather_dequant_kernel(
     v_cache_ptr, v_sf_ptr,
     token_ids_ptr, n_tokens, num_slots,
     v_out_ptr, v_out_stride_t, v_out_stride_h,
-    BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
+    BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr, WORD: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
@@ -494,9 +517,9 @@ def _gather_dequant_kernel(
     # x: codes times their scales at sf[head, dim, block]
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE
-    _dequantize_x(records, rec_row, scales, sc_row, ok, v_out_ptr, out_row, in_range,
+    _dequantize_x(records, rec_row, scales, sc_row, ok, v_out_ptr, out_row, in_range, block,
         SC_STRIDE=SF_X_DIM_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
-        CANON_NAN=CANON_NAN)
+        CANON_NAN=CANON_NAN, WORD=WORD)
 
 
 def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None):
@@ -516,8 +539,16 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        CANON_NAN=outs[0].dtype == torch.float32, **launch, **geo)
+        CANON_NAN=outs[0].dtype == torch.float32, WORD=_scale_word_bytes(geo, page_size), **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
+
+
+def _scale_word_bytes(geo: dict, page_size: int) -> int:
+    """Scale bytes per value index and page when they are adjacent (block fastest) and fit a 2-, 4- or
+    8-byte word, so a reader loads one word per value index instead of one byte; else 0 (read bytes)."""
+    blocks = page_size // 32
+    adjacent = geo["SF_X_BLOCK_STRIDE"] == 1 and geo["SF_X_DIM_STRIDE"] == blocks
+    return blocks if adjacent and blocks in (2, 4, 8) else 0
 
 
 def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:

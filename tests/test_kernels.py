@@ -25,6 +25,22 @@ def source_rows(m, tokens: int, heads: int, values: int, dtype, gen) -> torch.Te
     return rows.view(tokens, heads, values).to(dtype).to(DEVICE)
 
 
+@pytest.mark.parametrize("blocks", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if module(n).SCALE_GROUP_TOKENS > 1])
+def test_gather_dequant_page_sizes(name, blocks):
+    """Token-group scales at every page size a reader treats differently (one byte per value index and
+    block, or one 2-, 4- or 8-byte word per value index), on random cache bytes (every scale byte)."""
+    m = module(name)
+    gen = generator(16)
+    heads, values, _ = dims(m)
+    page = -(-blocks * m.SCALE_GROUP_TOKENS // m.PAGE_SIZE_MULTIPLE) * m.PAGE_SIZE_MULTIPLE
+    num_pages = 5
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    ids = torch.randint(-2, num_pages * page + 2, (203,), generator=gen).to(DEVICE)
+    assert_same_bytes(m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page),
+                      f"{name}.gather_dequant page {page}")
+
+
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
 @pytest.mark.parametrize("name", cases("gather_dequant"))
 def test_gather_dequant(name, out_dtype):
