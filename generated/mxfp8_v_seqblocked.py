@@ -539,16 +539,19 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        CANON_NAN=outs[0].dtype == torch.float32, WORD=_scale_word_bytes(geo, page_size), **launch, **geo)
+        CANON_NAN=outs[0].dtype == torch.float32, WORD=_scale_word_bytes(cache, geo, page_size), **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
 
 
-def _scale_word_bytes(geo: dict, page_size: int) -> int:
-    """Scale bytes per value index and page when they are adjacent (block fastest) and fit a 2-, 4- or
-    8-byte word, so a reader loads one word per value index instead of one byte; else 0 (read bytes)."""
+def _scale_word_bytes(cache: Cache, geo: dict, page_size: int) -> int:
+    """Scale bytes per value index and page when they are adjacent (block fastest) and fit an aligned
+    2-, 4- or 8-byte word, so a reader loads one word per value index instead of one byte; else 0."""
     blocks = page_size // 32
-    adjacent = geo["SF_X_BLOCK_STRIDE"] == 1 and geo["SF_X_DIM_STRIDE"] == blocks
-    return blocks if adjacent and blocks in (2, 4, 8) else 0
+    if blocks not in (2, 4, 8) or geo["SF_X_BLOCK_STRIDE"] != 1 or geo["SF_X_DIM_STRIDE"] != blocks:
+        return 0
+    # Every word must be aligned to its size: the buffers, their pages, the region and its other strides.
+    starts = [cache.v_sf.data_ptr(), geo["SF_PAGE_BYTES"], geo["SF_X_OFFSET"], geo["SF_X_HEAD_STRIDE"]]
+    return blocks if all(n % blocks == 0 for n in starts) else 0
 
 
 def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:

@@ -39,6 +39,16 @@ def test_gather_dequant_page_sizes(name, blocks):
     ids = torch.randint(-2, num_pages * page + 2, (203,), generator=gen).to(DEVICE)
     assert_same_bytes(m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page),
                       f"{name}.gather_dequant page {page}")
+    # The same bytes one byte into a larger allocation: too misaligned for word reads.
+    shifted = []
+    for t in cache:
+        room = torch.empty(t.numel() * t.element_size() + 1, dtype=torch.uint8, device=DEVICE)
+        view = room[1:].view(t.dtype).view(t.shape) if t.element_size() == 1 else t
+        view.copy_(t)
+        shifted.append(view)
+    shifted = type(cache)(*shifted)
+    assert_same_bytes(m.gather_dequant(shifted, ids, page), m.gather_dequant_ref(cache, ids, page),
+                      f"{name}.gather_dequant page {page}, buffers at odd addresses")
 
 
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
