@@ -49,6 +49,12 @@ class ScaleGroup:
         """Values of one token that share a scale: ``size`` for values groups, 1 for tokens groups."""
         return self.size if self.kind == "values" else 1
 
+    @property
+    def word_reads(self) -> bool:
+        """Readers may load this group's bytes of every block of a page as one word per value index
+        (one-byte ue8m0 scales along slots; whether a call's geometry allows it is checked at launch)."""
+        return self.kind == "tokens" and self.format.name == "ue8m0"
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -145,6 +151,21 @@ class Layout:
 
     def scale_region(self, group: str) -> Region:
         return next(r for b in self.buffers for r in b.regions if r.holds == group)
+
+    @property
+    def word_scales(self) -> dict | None:
+        """The scale group a reader may load as words, with the geometry names a launch checks:
+        ``block``/``dim`` strides (1 and the page's block count for adjacent words) and ``aligned``
+        (buffer page bytes, region offset and other strides, each a multiple of the word)."""
+        group = next((g for g in self.scales if g.word_reads), None)
+        if group is None:
+            return None
+        region = self.scale_region(group.name)
+        buffer = next(b for b in self.buffers if b.name == region.buffer)
+        others = [t.const_name for t in region.terms if t.coord not in ("block", "dim")]
+        return dict(group=group, buffer=region.buffer, block=region.term("block")[0].const_name,
+                    dim=region.term("dim")[0].const_name,
+                    aligned=[buffer.page_bytes_name, region.offset_name] + others)
 
     def buffer_index(self, name: str) -> int:
         return [b.name for b in self.buffers].index(name)
