@@ -105,9 +105,10 @@ DEFAULT_LAUNCH = {
     "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
-    "append": {"columns": 64, "rows": 8, "entries": 32, "split": 16384, "num_warps": 2},
+    "append": {"columns": 128, "entries": 32, "num_warps": 1,
+               "split": 16384, "decode_entries": 4, "decode_columns": 128, "decode_warps": 1},
 }
-POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "rows", "entries")
+POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries", "decode_entries", "decode_columns")
 
 
 def _launch(tree, ops) -> dict:

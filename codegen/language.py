@@ -83,9 +83,11 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program", None),
     "columns": Field(Int(minimum=1), "append: value indices per program (a power of two)", None),
-    "rows": Field(Int(minimum=1), "append: entries a block's leader reads at a time (a power of two, at most the block)", None),
-    "entries": Field(Int(minimum=1), "append: loc entries per program above `split` entries (a power of two)", None),
-    "split": Field(Int(minimum=0), "append: up to this many entries, one program per entry", None),
+    "entries": Field(Int(minimum=1), "append: loc entries per program in calls above `split` entries (a power of two)", None),
+    "split": Field(Int(minimum=0), "append: calls up to this many entries (decode) use the decode_ knobs", None),
+    "decode_entries": Field(Int(minimum=1), "append: loc entries per program in decode calls (a power of two)", None),
+    "decode_columns": Field(Int(minimum=1), "append: value indices per program in decode calls (a power of two)", None),
+    "decode_warps": Field(Int(minimum=1, maximum=32), "append: warps per program in decode calls", None),
 })
 TUNING = MapOf(LAUNCH, key_pattern="|".join(OPS))
 

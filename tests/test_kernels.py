@@ -145,11 +145,14 @@ def test_dequantize(name, out_dtype):
     assert_same_bytes(got, want, f"{name}.dequantize")
 
 
-@pytest.mark.parametrize("launch", [{"rows": 4}, {"split": 0, "columns": 64, "rows": 32}], ids=["entry", "chunked"])
+@pytest.mark.parametrize("launch", [{"decode_entries": 1, "decode_columns": 128},
+                                    {"decode_entries": 4, "decode_columns": 32, "decode_warps": 1},
+                                    {"split": 0, "columns": 64, "entries": 32}], ids=["entry", "tile", "chunked"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
-    Both launch shapes: one program per entry, and chunks of entries with split columns."""
+    Three launch shapes: one entry per program, tiles of entries with split columns, and the
+    shape of calls above `split` entries."""
     m = module(name)
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
@@ -180,6 +183,16 @@ def test_append(name, launch, monkeypatch):
     # Decode: one token per sequence per call, magnitudes rising so block exponents grow.
     for step in range(4):
         steps.append(torch.tensor([slot(s, n + step) for s, n in enumerate(lengths)] + [-3]))
+    lengths = [n + 4 for n in lengths]
+    # Chunks of several tokens into blocks in use (rescaled where exponents grow), one crossing into a
+    # fresh block, one ending at a block's end.
+    chunks = [9, 3, 30, 2, 5]
+    steps.append(torch.tensor([slot(s, n + t) for s, (n, c) in enumerate(zip(lengths, chunks)) for t in range(c)]))
+    lengths = [n + c for n, c in zip(lengths, chunks)]
+    # Two tokens per sequence, the later first, interleaved across sequences with padding between:
+    # a block's leader need not write its first slot, and a run start need not lead.
+    steps.append(torch.tensor([slot(s, n + 1) for s, n in enumerate(lengths)] + [-2]
+                              + [slot(s, n) for s, n in enumerate(lengths)]))
     for i, loc in enumerate(steps):
         growth = 2.0 ** (3 * i)
         v = (scaled_normal((loc.numel(), heads, values), gen, torch.float32) * growth).to(torch.bfloat16)
