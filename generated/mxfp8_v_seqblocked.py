@@ -410,9 +410,10 @@ def _append_kernel(
     block (a block's entries must lie within 32 consecutive entries, as with per-sequence
     contiguous slots). A leader merges its block's new exponents with the stored ones, writes the new
     codes and exponents and rescales the kept codes where an exponent grew; other entries do nothing.
-    DECODE (small calls): leaders found all at once, and the lone ones (no other new row in their
-    block) handled as one tile. Otherwise only run starts (an entry whose predecessor lands in another
-    block) can lead; each is checked and handled in turn, BLOCK_COLUMNS value indices at a time.
+    DECODE (small calls): leaders found all at once; the lone ones (no other new row in their block)
+    handled as one tile, the others in turn, BLOCK_COLUMNS value indices at a time. Otherwise only run
+    starts (an entry whose predecessor lands in another block) can lead; each is checked and handled
+    in turn, its run's rows loaded before the check.
     """
     head = tl.program_id(1) % HEADS
     first = tl.program_id(0) * ENTRIES
