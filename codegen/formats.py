@@ -8,6 +8,7 @@ from dataclasses import dataclass
 FP32_MANTISSA_BITS = 23
 FP32_BIAS = 127
 FP32_MANTISSA_ONE = 1 << FP32_MANTISSA_BITS     # the implicit leading 1 as a mantissa integer
+FP32_MAX_BITS = 0x7F7FFFFF                     # the largest finite fp32
 
 
 def fp32_bits(x: float) -> int:
@@ -103,6 +104,34 @@ class RuleTerms:
     above: int | None = None
     at_least: int | None = None
     below: int | None = None
+
+    def exponent(self, bits: int, fmax_exponent: int) -> int:
+        """e for fp32 magnitude bits (finite), before any clamp: the formula itself."""
+        mantissa = bits & (FP32_MANTISSA_ONE - 1)
+        e = (bits >> FP32_MANTISSA_BITS) - FP32_BIAS - fmax_exponent
+        if self.above is not None:
+            e += mantissa > self.above
+        if self.at_least is not None:
+            e += mantissa >= self.at_least
+        if self.below is not None:
+            e -= mantissa < self.below
+        return e
+
+    @property
+    def carry(self) -> tuple[int, int] | None:
+        """(addend, adjust) with e = ((bits + addend) >> 23) - (127 + fmax_exponent) + adjust, when at most
+        one term is on: [mant > t] is the carry out of mant + (2^23 - 1 - t), [mant >= t] that of
+        mant + (2^23 - t), -[mant < t] = [mant >= t] - 1. None for rules with two terms."""
+        on = [(name, t) for name, t in (("above", self.above), ("at_least", self.at_least), ("below", self.below))
+              if t is not None]
+        if not on:
+            return 0, 0
+        if len(on) > 1:
+            return None
+        name, t = on[0]
+        if name == "above":
+            return FP32_MANTISSA_ONE - 1 - t, 0
+        return FP32_MANTISSA_ONE - t, (-1 if name == "below" else 0)
 
 
 def rule_terms(rule: str, element: ElementFormat) -> RuleTerms:

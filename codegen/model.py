@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .expr import Expr, const
-from .formats import ElementFormat, RawDtype, RuleTerms, ScaleFormat
+from .formats import FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
 
 # Call-time symbols and what they mean.
 PAGE_SIZE = "page_size"
@@ -38,6 +38,16 @@ class ScaleGroup:
     @property
     def exact(self) -> bool:
         return self.rule == "exact"
+
+    @property
+    def clamps_lo(self) -> bool:
+        """Whether the rule's exponent can fall below exponent_lo (the floor's, or amax 0's, is lower)."""
+        return self.terms.exponent(self.amax_floor_bits, self.element.fmax_exponent) < self.exponent_lo
+
+    @property
+    def clamps_hi(self) -> bool:
+        """Whether a finite amax can give an exponent above exponent_hi (infinity takes it anyway)."""
+        return self.terms.exponent(FP32_MAX_BITS, self.element.fmax_exponent) > self.exponent_hi
 
     @property
     def walk(self) -> str:

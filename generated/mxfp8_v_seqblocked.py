@@ -278,14 +278,14 @@ def _x_exponent(amax_bits):
     Exact integer arithmetic on amax's fp32 bits, amax = 2**E * (1 + mantissa / 2**23) (no log2):
     e = E - 8 + [mantissa > 0x600000].
     amax is first raised to the floor 1e-30 (fp32 bits 0xDA24260).
-    An infinite amax takes the largest exponent; e is clamped to [-127, 127].
+    An infinite amax takes the largest exponent; e is clamped to [-127, 127] (no clamp
+    needed: the floor and the largest finite amax fall inside).
+    The term is the carry out of mantissa + 0x1FFFFF into the exponent bits.
     """
     a = tl.maximum(amax_bits, 0xDA24260)
-    mantissa = a & _F32_MANTISSA_MASK
-    e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8)
-    e += (mantissa > 0x600000).to(tl.int32)
+    e = ((a + 0x1FFFFF) >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8)
     e = tl.where(a >= _F32_INF_BITS, 127, e)
-    return tl.minimum(tl.maximum(e, -127), 127)
+    return e
 
 
 @triton.jit

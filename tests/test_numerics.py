@@ -77,6 +77,25 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
     assert int(getattr(m, f"_ref_{group}_exponent")(torch.tensor([float("inf")]).view(torch.int32))) == hi
 
 
+@triton.jit
+def _exponent_probe(bits_ptr, out_ptr, n, EXPONENT: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, EXPONENT(tl.load(bits_ptr + i, mask=i < n, other=0)), mask=i < n)
+
+
+@pytest.mark.parametrize("name,group,rule,element,floor,lo,hi", [g for g in groups() if g.values[2] != "exact"])
+def test_kernel_exponent_equals_the_reference(name, group, rule, element, floor, lo, hi):
+    """The kernels' integer exponent (a carry into the exponent bits where the rule has one term,
+    clamps left out where the floor and fp32's range make them moot) equals the reference's, for
+    the amax corpus plus zero and infinity."""
+    m = module(name)
+    bits = torch.cat([amax_corpus().view(torch.int32), torch.tensor([0, 0x7F800000], dtype=torch.int32)]).to(DEVICE)
+    out = torch.empty_like(bits)
+    block = 1 << 16
+    _exponent_probe[(triton.cdiv(bits.numel(), block),)](bits, out, bits.numel(), getattr(m, f"_{group}_exponent"), block)
+    assert torch.equal(out.cpu(), getattr(m, f"_ref_{group}_exponent")(bits.cpu()).to(torch.int32))
+
+
 @pytest.mark.parametrize("name", [n for n in SPECS if "quantize" in module(n).OPS])
 def test_quantization_error_is_half_an_fp8_step(name):
     """|dequantize(quantize(x)) - x| <= max(|x| * 2^-4, 2^(e - 10)) for e4m3 (3 mantissa bits,
