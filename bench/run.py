@@ -254,8 +254,8 @@ def launch_floor_us() -> float:
 SWEEP = {
     "default": [{"elements": e, "num_warps": w} for e in (2048, 4096, 8192, 16384) for w in (4, 8)],
     "append": [{"entries": e, "columns": c, "num_warps": w} for e in (16, 32, 64) for c in (64, 128) for w in (1, 2, 4)],
-    "append_decode": [{"decode_entries": e, "decode_columns": c, "decode_warps": w}
-                      for e in (1, 2, 4, 8) for c in (64, 128) for w in (1, 2, 4)],
+    "append_small": [{"lone_entries": e, "lone_columns": c, "lone_warps": w}
+                     for e in (1, 2, 4, 8) for c in (64, 128) for w in (1, 2, 4)],
 }
 
 
@@ -267,7 +267,7 @@ def sweep(cases, copy_gbps: float) -> str:
             continue
         m = importlib.import_module(f"generated.{case.layout}")
         saved = dict(m.LAUNCH[case.op])
-        kind = case.op + ("_decode" if case.op == "append" and case.small else "")
+        kind = case.op + ("_small" if case.op == "append" and case.small else "")
         shapes = SWEEP.get(kind, SWEEP["default"])
         for knobs in shapes:
             m.LAUNCH[case.op] = {**saved, **knobs}

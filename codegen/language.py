@@ -81,13 +81,14 @@ PAGE = Obj(title="page rules", fields={
 LAUNCH = Obj(title="launch knobs of one op", fields={
     "elements": Field(Int(minimum=32), "values one program handles per step (a power of two); sets tokens per program", None),
     "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values", None),
-    "num_warps": Field(Int(minimum=1, maximum=32), "warps per program", None),
-    "columns": Field(Int(minimum=1), "append: value indices per program (a power of two)", None),
-    "entries": Field(Int(minimum=1), "append: loc entries per program in calls above `split` entries (a power of two)", None),
-    "split": Field(Int(minimum=0), "append: calls up to this many entries (decode) use the decode_ knobs", None),
-    "decode_entries": Field(Int(minimum=1), "append: loc entries per program in decode calls (a power of two)", None),
-    "decode_columns": Field(Int(minimum=1), "append: value indices per program in decode calls (a power of two)", None),
-    "decode_warps": Field(Int(minimum=1, maximum=32), "append: warps per program in decode calls", None),
+    "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
+    "columns": Field(Int(minimum=1), "append: value indices per program of blocks with several new rows (a power of two)", None),
+    "entries": Field(Int(minimum=1), "append: loc entries per program of blocks with several new rows (a power of two)", None),
+    "lone_entries": Field(Int(minimum=1), "append: rows alone in their block (a decode step's) per tile (a power of two)", None),
+    "lone_columns": Field(Int(minimum=1), "append: value indices per program of rows alone in their block (a power of two)", None),
+    "lone_warps": Field(Int(minimum=1, maximum=32), "append: warps per program of rows alone in their block", None),
+    "lone_programs": Field(Int(minimum=1), "append: a call's entries are scanned for lone rows by at most this many "
+                           "groups of programs (more entries per program in big calls)", None),
 })
 TUNING = MapOf(LAUNCH, key_pattern="|".join(OPS))
 

@@ -102,13 +102,6 @@ def calls_for(m, heads, values, page):
         m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
-        # and the launch shape of calls above `split` entries
-        knobs = m.LAUNCH["append"]
-        m.LAUNCH["append"] = {**knobs, "split": 0}
-        try:
-            m.append(*([x] * len(m.PLANES)), loc, cache, page)
-        finally:
-            m.LAUNCH["append"] = knobs
     if "gather_dequant" in m.OPS:
         m.gather_dequant(cache, loc, page)
     if "quantize" in m.OPS:

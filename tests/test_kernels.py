@@ -145,14 +145,14 @@ def test_dequantize(name, out_dtype):
     assert_same_bytes(got, want, f"{name}.dequantize")
 
 
-@pytest.mark.parametrize("launch", [{"decode_entries": 1, "decode_columns": 128},
-                                    {"decode_entries": 4, "decode_columns": 32, "decode_warps": 1},
-                                    {"split": 0, "columns": 64, "entries": 32}], ids=["entry", "tile", "chunked"])
+@pytest.mark.parametrize("launch", [{"lone_entries": 1, "lone_columns": 128},
+                                    {"lone_entries": 4, "lone_columns": 32, "lone_warps": 1, "lone_programs": 1},
+                                    {"columns": 64, "entries": 16, "num_warps": 2}], ids=["entry", "scan", "columns"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
-    Three launch shapes: one entry per program, tiles of entries with split columns, and the
-    shape of calls above `split` entries."""
+    Three launch shapes: lone rows one per tile; lone rows four per tile, split columns, one program
+    scanning a whole call; blocks with several rows 16 entries per program, split columns."""
     m = module(name)
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
