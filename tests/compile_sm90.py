@@ -102,6 +102,13 @@ def calls_for(m, heads, values, page):
         m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
+        # and the lone kernel of a big call (one program scanning several groups of entries)
+        knobs = m.LAUNCH["append"]
+        m.LAUNCH["append"] = {**knobs, "lone_programs": 1}
+        try:
+            m.append(*([x] * len(m.PLANES)), loc, cache, page)
+        finally:
+            m.LAUNCH["append"] = knobs
     if "gather_dequant" in m.OPS:
         m.gather_dequant(cache, loc, page)
     if "quantize" in m.OPS:
