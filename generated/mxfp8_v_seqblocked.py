@@ -574,9 +574,8 @@ def _append_runs_kernel(
         k = after
 
 
-# Slots a block's rescale takes at a time in each kernel (more: fewer round trips, more registers).
-_LONE_RESCALE_ROWS = 8
-_RUNS_RESCALE_ROWS = 8
+# Slots a block's rescale takes at a time (more: fewer round trips, more registers).
+_RESCALE_ROWS = 8
 
 
 def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
@@ -605,10 +604,10 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     columns = min(knobs["lone_columns"], _next_pow2(values))
     grid = (triton.cdiv(n_tokens, entries * chunks), len(PLANES) * heads, triton.cdiv(values, columns))
     _append_lone_kernel[grid](*args, ENTRIES=entries, CHUNKS=chunks, COLUMNS=columns,
-                              RESCALE_ROWS=min(_LONE_RESCALE_ROWS, 32), num_warps=knobs["lone_warps"], **geo)
+                              RESCALE_ROWS=min(_RESCALE_ROWS, 32), num_warps=knobs["lone_warps"], **geo)
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads, triton.cdiv(values, columns))
-    _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RUNS_RESCALE_ROWS, 32),
+    _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
                               num_warps=knobs["num_warps"], **geo)
 
 
