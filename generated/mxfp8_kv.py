@@ -232,7 +232,6 @@ def _launch(op: str, values: int) -> dict:
 
 
 # --- Triton building blocks -----------------------------------------------------------------------
-_F32_ABS_MASK = tl.constexpr(0x7FFFFFFF)
 _F32_INF_BITS = tl.constexpr(0x7F800000)
 _F32_CANONICAL_NAN_BITS = tl.constexpr(0x7FFFFFFF)   # the NaN the GPU's fp32 arithmetic produces
 _F32_MANTISSA_MASK = tl.constexpr(0x7FFFFF)
@@ -254,9 +253,9 @@ def _exp2i(n):
 
 @triton.jit
 def _magnitude_bits(x):
-    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does."""
-    bits = x.to(tl.int32, bitcast=True) & _F32_ABS_MASK
-    return tl.where(bits > _F32_INF_BITS, 0, bits)
+    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does
+    (tl.maximum returns the operand that is not NaN: max.f32 on the GPU, numpy's fmax in the interpreter)."""
+    return tl.maximum(tl.abs(x), 0.0).to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -276,7 +275,8 @@ def _canonical_nan(x):
 @triton.jit
 def _encode_fp8_e4m3fn(q):
     """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
-    return _saturate(q, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    # One cvt.rn.satfinite on sm_90: it rounds, saturates (infinities too) and maps NaN itself.
+    return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
 
 @triton.jit

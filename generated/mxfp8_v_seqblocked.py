@@ -204,6 +204,17 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
     return tuple(views), geo, num_pages
 
 
+def _scale_word_bytes(cache: Cache, geo: dict, page_size: int) -> int:
+    """Scale bytes per value index and page when they are adjacent (block fastest) and fit an aligned
+    2-, 4- or 8-byte word, so a reader loads one word per value index instead of one byte; else 0."""
+    blocks = page_size // 32
+    if blocks not in (2, 4, 8) or geo["SF_X_BLOCK_STRIDE"] != 1 or geo["SF_X_DIM_STRIDE"] != blocks:
+        return 0
+    # Every word must be aligned to its size: the buffers, their pages, the region and its other strides.
+    starts = [cache.v_sf.data_ptr(), geo["SF_PAGE_BYTES"], geo["SF_X_OFFSET"], geo["SF_X_HEAD_STRIDE"]]
+    return blocks if all(n % blocks == 0 for n in starts) else 0
+
+
 @functools.lru_cache(maxsize=256)
 def _launch(op: str, values: int) -> dict:
     """Tokens per program, tile-loop chunks and warps of one op for one value count."""
@@ -218,7 +229,6 @@ def _launch(op: str, values: int) -> dict:
 
 
 # --- Triton building blocks -----------------------------------------------------------------------
-_F32_ABS_MASK = tl.constexpr(0x7FFFFFFF)
 _F32_INF_BITS = tl.constexpr(0x7F800000)
 _F32_CANONICAL_NAN_BITS = tl.constexpr(0x7FFFFFFF)   # the NaN the GPU's fp32 arithmetic produces
 _F32_MANTISSA_MASK = tl.constexpr(0x7FFFFF)
@@ -240,9 +250,9 @@ def _exp2i(n):
 
 @triton.jit
 def _magnitude_bits(x):
-    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does."""
-    bits = x.to(tl.int32, bitcast=True) & _F32_ABS_MASK
-    return tl.where(bits > _F32_INF_BITS, 0, bits)
+    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does
+    (tl.maximum returns the operand that is not NaN: max.f32 on the GPU, numpy's fmax in the interpreter)."""
+    return tl.maximum(tl.abs(x), 0.0).to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -262,7 +272,8 @@ def _canonical_nan(x):
 @triton.jit
 def _encode_fp8_e4m3fn(q):
     """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
-    return _saturate(q, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    # One cvt.rn.satfinite on sm_90: it rounds, saturates (infinities too) and maps NaN itself.
+    return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
 
 @triton.jit
@@ -309,17 +320,22 @@ def _x_from_bytes(byte, mask):
 
 
 @triton.jit
-def _x_load_words(word_row, dim, block, mask, WORD: tl.constexpr):
-    """Scales of group x where one value index's bytes for every block of a page are adjacent
-    (block fastest): one WORD-byte word per value index, its byte `block` taken (little-endian)."""
+def _x_word_bytes(word_row, dim, block, mask, WORD: tl.constexpr):
+    """Scale bytes (as int32) of group x where one value index's bytes for every block of a page
+    are adjacent (block fastest): one WORD-byte word per value index, its byte `block` taken (little-endian)."""
     if WORD == 2:
         words = tl.load(word_row.to(tl.pointer_type(tl.int16)) + dim, mask=mask, other=0).to(tl.int32)
     elif WORD == 4:
         words = tl.load(word_row.to(tl.pointer_type(tl.int32)) + dim, mask=mask, other=0)
     else:
         words = tl.load(word_row.to(tl.pointer_type(tl.int64)) + dim, mask=mask, other=0)
-    byte = ((words >> (block * 8).to(words.dtype)) & 0xFF).to(tl.int32)
-    return _x_from_bytes(byte, mask)
+    return ((words >> (block * 8).to(words.dtype)) & 0xFF).to(tl.int32)
+
+
+@triton.jit
+def _x_load_words(word_row, dim, block, mask, WORD: tl.constexpr):
+    """Scales of group x read as words (see _x_word_bytes)."""
+    return _x_from_bytes(_x_word_bytes(word_row, dim, block, mask, WORD), mask)
 
 
 @triton.jit
@@ -665,17 +681,6 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
         CANON_NAN=outs[0].dtype == torch.float32, WORD=_scale_word_bytes(cache, geo, page_size), **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
-
-
-def _scale_word_bytes(cache: Cache, geo: dict, page_size: int) -> int:
-    """Scale bytes per value index and page when they are adjacent (block fastest) and fit an aligned
-    2-, 4- or 8-byte word, so a reader loads one word per value index instead of one byte; else 0."""
-    blocks = page_size // 32
-    if blocks not in (2, 4, 8) or geo["SF_X_BLOCK_STRIDE"] != 1 or geo["SF_X_DIM_STRIDE"] != blocks:
-        return 0
-    # Every word must be aligned to its size: the buffers, their pages, the region and its other strides.
-    starts = [cache.v_sf.data_ptr(), geo["SF_PAGE_BYTES"], geo["SF_X_OFFSET"], geo["SF_X_HEAD_STRIDE"]]
-    return blocks if all(n % blocks == 0 for n in starts) else 0
 
 
 def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
