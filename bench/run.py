@@ -254,8 +254,8 @@ def launch_floor_us() -> float:
 SWEEP = {
     "default": [{"elements": e, "num_warps": w} for e in (2048, 4096, 8192, 16384) for w in (4, 8)],
     "append": [{"entries": e, "columns": c, "num_warps": w} for e in (16, 32, 64) for c in (64, 128) for w in (1, 2, 4)],
-    "append_small": [{"lone_entries": e, "lone_columns": c, "lone_warps": w}
-                     for e in (1, 2, 4, 8) for c in (64, 128) for w in (1, 2, 4)],
+    "append_small": [{"lone_heads": h, "lone_columns": c, "lone_warps": w}
+                     for h in (2, 4, 8) for c in (64, 128) for w in (1, 2, 4)],
 }
 
 

@@ -84,11 +84,12 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
     "columns": Field(Int(minimum=1), "append: value indices per program of blocks with several new rows (a power of two)", None),
     "entries": Field(Int(minimum=1), "append: loc entries per program of blocks with several new rows (a power of two)", None),
-    "lone_entries": Field(Int(minimum=1), "append: rows alone in their block (a decode step's) per tile (a power of two)", None),
+    "lone_heads": Field(Int(minimum=1), "append: heads per tile of rows alone in their block (a power of two; the "
+                        "lone check is made once for all of them)", None),
     "lone_columns": Field(Int(minimum=1), "append: value indices per program of rows alone in their block (a power of two)", None),
     "lone_warps": Field(Int(minimum=1, maximum=32), "append: warps per program of rows alone in their block", None),
     "lone_programs": Field(Int(minimum=1), "append: a call's entries are scanned for lone rows by at most this many "
-                           "groups of programs (more entries per program in big calls)", None),
+                           "programs per head tile (more entries per program in big calls)", None),
 })
 TUNING = MapOf(LAUNCH, key_pattern="|".join(OPS))
 

@@ -145,20 +145,26 @@ def test_dequantize(name, out_dtype):
     assert_same_bytes(got, want, f"{name}.dequantize")
 
 
-@pytest.mark.parametrize("launch", [{"lone_entries": 1, "lone_columns": 128},
-                                    {"lone_entries": 4, "lone_columns": 32, "lone_warps": 1, "lone_programs": 1},
-                                    {"columns": 64, "entries": 16, "num_warps": 2}], ids=["entry", "scan", "columns"])
+@pytest.mark.parametrize("launch, pages", [({"lone_heads": 2, "lone_columns": 64, "lone_warps": 1}, 1),
+                                           ({"lone_heads": 4, "lone_columns": 128, "lone_programs": 1}, 2),
+                                           ({"columns": 64, "entries": 16, "num_warps": 2}, 4)],
+                         ids=["heads", "scan", "columns"])
 @pytest.mark.parametrize("name", cases("append"))
-def test_append(name, launch, monkeypatch):
+def test_append(name, launch, pages, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
-    Three launch shapes: lone rows one per tile; lone rows four per tile, split columns, one program
-    scanning a whole call; blocks with several rows 16 entries per program, split columns."""
+    Three launch shapes: lone rows two heads (of 3) and half the value indices per tile; one lone
+    program scanning a whole call; blocks with several rows 16 entries per program, split columns.
+    Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
+    2, 4 and 8 bytes where the layout keeps them adjacent."""
     m = module(name)
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
     heads, values, page = dims(m)
+    page *= pages
     num_pages = 24
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    if name == "mxfp8_v_seqblocked":      # [head, dim, block]: a value index's block exponents adjacent
+        assert m._scale_word_bytes(cache, m.geometry(page, heads, values), page) == page // 32
     cache_ref = clone(m, cache)
     pages = torch.randperm(num_pages, generator=gen).tolist()
     lengths = [page + 19, 45, 7, 1, 62]       # tokens already in each sequence (62: a fresh block at step 2)
