@@ -411,14 +411,21 @@ def _multiplier(exponent):
 
 
 @triton.jit
-def _rescale(kept_addr, keep, grown, shift):
-    """Re-encode kept codes of a block where their exponent grew: times 2**shift (old minus new
-    exponent, exact: a power of two). Whole rows under `keep` are read and written back, the codes
-    that did not grow unchanged: a mask constant along the value indices keeps the accesses wide."""
+def _rescale(kept_addr, keep, shift):
+    """Re-encode the kept codes under `keep` at their block's grown exponent: times 2**shift (old
+    minus new exponent, exact: a power of two). The runs kernel's: ptxas 12.8 crashed on
+    _rescale_rows there (e5m2 codes, 64 value indices, 2-4 warps)."""
     old = tl.load(kept_addr, mask=keep, other=0)
-    new = _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old) * _exp2i(shift))
-    # old where the exponent did not grow, as bit ops: ptxas 12.8 crashed on the select (e5m2, 64 columns)
-    tl.store(kept_addr, old ^ ((old ^ new) & (grown.to(tl.uint8) * 0xFF)), mask=keep)
+    tl.store(kept_addr, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old) * _exp2i(shift)), mask=keep)
+
+
+@triton.jit
+def _rescale_rows(kept_addr, keep, grown, shift):
+    """_rescale where `grown`, for whole rows: every code under `keep` (a mask constant along the value
+    indices, so the accesses stay 16 bytes wide) is read and written back, the ones that did not grow
+    unchanged."""
+    old = tl.load(kept_addr, mask=keep, other=0)
+    tl.store(kept_addr, tl.where(grown, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old) * _exp2i(shift)), old), mask=keep)
 
 
 @triton.jit
@@ -504,7 +511,7 @@ def _append_lone_kernel(
                         part = r + tl.arange(0, RESCALE_ROWS)
                         kept = part != slot % 32
                         kept_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + part)[:, None, None] * CACHE_RECORDS_SLOT_STRIDE + head[None, :, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, None, :]
-                        _rescale(records + kept_row, kept[:, None, None] & ok[None, :, :], grown[None, :, :], (byte_old - byte)[None, :, :])
+                        _rescale_rows(records + kept_row, kept[:, None, None] & ok[None, :, :], grown[None, :, :], (byte_old - byte)[None, :, :])
 
         if CHUNKS > 1:
             entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
@@ -591,7 +598,7 @@ def _append_runs_kernel(
                     part = r + tl.arange(0, RESCALE_ROWS)
                     kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
                     kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    _rescale(records + kept_row, kept[:, None] & dim_ok[None, :], ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
+                    _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
         k = after
 
 
