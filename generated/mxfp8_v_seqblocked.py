@@ -524,7 +524,7 @@ def _append_runs_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, lone_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
-    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr,
+    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
@@ -533,6 +533,7 @@ def _append_runs_kernel(
 ):
     """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
     COLUMNS value indices per program; the lone entries (marked by _append_lone_kernel) are done.
+    PRELOAD (big calls, prefill-like): each program's first 32 rows load before its slots arrive.
 
     An entry leads its 32-slot block when none of the 32 entries before it lands in the same
     block (a block's entries must lie within 32 consecutive entries, as with per-sequence
@@ -556,6 +557,52 @@ def _append_runs_kernel(
     rows = v_ptr + head * v_stride_h                 # + entry * stride_t + value index: a new value
     # The candidates one at a time: a block's new rows are among the 32 entries from its leader on.
     k = tl.min(tl.where(candidate, index, ENTRIES), axis=0)
+    if PRELOAD:
+        # A big call's program loads its own 32 rows with its slots: the rows of a leader at its first entry.
+        own = first + window
+        x_own = tl.load(rows + own.to(tl.int64)[:, None] * v_stride_t + dim[None, :],
+                        mask=(own < n_tokens)[:, None] & (dim < VALUES)[None, :], other=0.0)
+        if k == 0:
+            n = first + k
+            loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
+            block_id = loc_k // 32
+            page_k = loc_k // PAGE_SIZE
+            first_slot = loc_k % PAGE_SIZE - loc_k % 32
+            after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
+            member = n + window
+            member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
+            src = rows + member.to(tl.int64)[:, None] * v_stride_t + dim[None, :]
+            ahead = member < n_tokens                                # the program's own rows, preloaded
+            x_ahead = x_own
+            # The block's stored exponents, unless the leader itself starts the block.
+            dim_ok = dim < VALUES
+            sc_addr = scales + page_k * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + first_slot // 32 * SF_X_BLOCK_STRIDE + dim * SF_X_DIM_STRIDE
+            stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % 32 != 0), other=0).to(tl.int32) - 127
+            before = n - 32 + window
+            before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
+            # A run start leads unless an earlier entry of the 32 before it lands in the same block.
+            if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
+                hit = _block_of(member_loc, num_slots) == block_id
+                hit_ok = hit[:, None] & dim_ok[None, :]
+                x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
+                x = tl.where(hit_ok, x, 0.0).to(tl.float32)
+                member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
+                # A block whose first slot is written now starts over: stored exponents and other slots are stale.
+                fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
+                in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
+                exponent_old = tl.where(in_use, stored, -127)
+                exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
+                member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
+                if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
+                    # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
+                    for r in range(0, 32, RESCALE_ROWS):
+                        part = r + tl.arange(0, RESCALE_ROWS)
+                        kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
+                        kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                        _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
+            k = after
     while k < ENTRIES:
         n = first + k
         loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
@@ -565,10 +612,10 @@ def _append_runs_kernel(
         after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
         member = n + window
         member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
+        src = rows + member.to(tl.int64)[:, None] * v_stride_t + dim[None, :]
         # Every load at once, before the leader check: the rows of the run that starts here (its entries
         # up to the next candidate; to the window's end past this program's entries) need not wait for
         # the slots (other rows of the block join in block_body).
-        src = rows + member.to(tl.int64)[:, None] * v_stride_t + dim[None, :]
         ahead = (window < tl.where(after < ENTRIES, after - k, 32)) & (member < n_tokens)
         x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
         # The block's stored exponents, unless the leader itself starts the block.
@@ -604,7 +651,7 @@ def _append_runs_kernel(
 
 # Slots a block's rescale takes at a time (more: fewer round trips, more registers): the runs kernel's,
 # and the most values a lone program's rescale tile (slots x heads x value indices) holds.
-_RESCALE_ROWS = 8
+_RESCALE_ROWS = 16
 _RESCALE_VALUES = 2048
 
 
@@ -641,7 +688,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads, triton.cdiv(values, columns))
     _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
-                              num_warps=knobs["num_warps"], **geo)
+                              PRELOAD=chunks > 1, num_warps=knobs["num_warps"], **geo)
 
 
 @triton.jit
