@@ -246,13 +246,6 @@ def _magnitude_bits(x):
 
 
 @triton.jit
-def _saturate(q, FMAX: tl.constexpr):
-    """Clamp to [-FMAX, FMAX]; NaN passes through (cvt.rn.satfinite does the same on the GPU)."""
-    q = tl.where(q > FMAX, FMAX, q)
-    return tl.where(q < -FMAX, -FMAX, q)
-
-
-@triton.jit
 def _canonical_nan(x):
     """Replace any NaN by the GPU's canonical fp32 NaN, so fp32 outputs are bit-exact everywhere."""
     nan = tl.full(x.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
