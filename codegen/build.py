@@ -245,6 +245,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
         if pad is not None:
             raise SpecError(g["tree"].value_mark("pad_to"), f"{where}.pad_to: only {{values: N}} groups are padded",
                             "remove pad_to")
+        if g["size"] & (g["size"] - 1):
+            raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {{tokens: {g['size']}}} is not a power of "
+                            "two (an append walks a block's slots as one power-of-two tile)",
+                            f"use {{tokens: {1 << (g['size'].bit_length() - 1)}}} or {{tokens: {1 << g['size'].bit_length()}}}")
         if multiple % g["size"]:
             raise SpecError(tree["page"].value_mark("size_multiple_of") if "size_multiple_of" in tree["page"].key_marks
                             else g["tree"].value_mark("group"),

@@ -56,6 +56,9 @@ BAD_SPECS = [
     ("ue8m0 option on fp32", edit(GOOD, "format: ue8m0", "format: fp32"), "24:5", ["only ue8m0 scales have a byte"]),
     ("tokens group is not padded", edit(edit(GOOD, "group: {values: 64}", "group: {tokens: 64}"), "size_multiple_of: 1",
                                         "size_multiple_of: 64"), "25:13", ["only {values: N} groups are padded"]),
+    ("tokens group not a power of two", edit(edit(edit(GOOD, "group: {values: 64}", "group: {tokens: 24}"), "size_multiple_of: 1",
+                                              "size_multiple_of: 24"), "    pad_to: 8 ", "    # "), "23:12",
+     ["{tokens: 24} is not a power of two", "{tokens: 16}"]),
     ("misaligned raw", edit(edit(GOOD, "values: 448", "values: 447"), "group: {values: 64}", "group: {values: 447}"),
      None, ["not a multiple of 2"]),
 ]
