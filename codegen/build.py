@@ -106,7 +106,7 @@ DEFAULT_LAUNCH = {
     "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "append": {"columns": 128, "entries": 32, "num_warps": 1,
-               "lone_heads": 4, "lone_columns": 128, "lone_warps": 2, "lone_programs": 2048},
+               "lone_heads": 8, "lone_columns": 128, "lone_warps": 2, "lone_programs": 2048},
 }
 POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries", "lone_heads", "lone_columns")
 

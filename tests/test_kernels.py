@@ -199,8 +199,10 @@ def test_append(name, launch, pages, monkeypatch):
     # a block's leader need not write its first slot, and a run start need not lead.
     steps.append(torch.tensor([slot(s, n + 1) for s, n in enumerate(lengths)] + [-2]
                               + [slot(s, n) for s, n in enumerate(lengths)]))
+    # A decode step of rows far smaller than their blocks': no exponent grows, so none is written.
+    steps.append(torch.tensor([slot(s, n + 2) for s, n in enumerate(lengths)]))
     for i, loc in enumerate(steps):
-        growth = 2.0 ** (3 * i)
+        growth = 2.0 ** (3 * i) if i < len(steps) - 1 else 2.0 ** -30
         v = (scaled_normal((loc.numel(), heads, values), gen, torch.float32) * growth).to(torch.bfloat16)
         if i == 0:
             v[1] = adversarial_rows(values, gen)[-6: -6 + heads]   # specials inside one block
