@@ -438,7 +438,7 @@ def _append_lone_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, lone_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
-    HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
+    HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr, PDL: tl.constexpr,
     WORD: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
@@ -478,6 +478,9 @@ def _append_lone_kernel(
         if marks & ~maybe_here:
             tl.store(lone_ptr + entry, maybe_here.to(tl.uint8))      # 0: an adjacent entry shares its block
         if maybe_here:
+            if PDL:
+                # Let the runs kernel launch now: it waits for this kernel's end before reading its marks.
+                tl.extra.cuda.gdc_launch_dependents()
             page = loc // PAGE_SIZE
             slot = loc % PAGE_SIZE
             block = slot // 32
@@ -535,7 +538,7 @@ def _append_runs_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, lone_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
-    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr,
+    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
@@ -561,6 +564,8 @@ def _append_runs_kernel(
     loc = tl.load(loc_ptr + entry, mask=entry < n_tokens, other=-1).to(tl.int64)
     own_block = _block_of(loc, num_slots)
     previous = _block_of(tl.load(loc_ptr + entry - 1, mask=(entry >= 1) & (entry <= n_tokens), other=-1), num_slots)
+    if PDL:
+        tl.extra.cuda.gdc_wait()      # launched early (programmatic dependent launch): the lone kernel's writes are visible after this
     lone = tl.load(lone_ptr + entry, mask=entry < n_tokens, other=0) != 0      # written by the lone kernel
     candidate = (own_block >= 0) & (previous != own_block) & ~lone
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
@@ -664,6 +669,20 @@ def _append_runs_kernel(
 _RESCALE_ROWS = 16
 
 
+@functools.lru_cache(maxsize=16)
+def _compute_capability(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def _dependent_launch(device: torch.device) -> bool:
+    """Whether the runs kernel is launched as a programmatic dependent of the lone kernel (sm_90 and
+    later; compiled kernels only, never under Triton's interpreter): the lone programs with work let
+    it launch while they run, and it waits for their end before reading the marks. A decode step
+    saves most of the second launch's latency."""
+    return (isinstance(_append_runs_kernel, triton.runtime.JITFunction) and device.type == "cuda"
+            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
+
+
 def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
     """Append rows to the seq-blocked cache, one ue8m0 exponent per 32-slot block, head and value index.
 
@@ -674,7 +693,8 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
         and its other slots are stale (left as they are).
     When the exponent of a block in use grows, its other codes are rescaled by the exact power of two.
     Two kernels, fixed grids, no host sync (CUDA-graph capturable): the entries alone in their block
-    (a decode step) as tiles, then the blocks with several new rows (a prefill) by their leaders.
+    (a decode step) as tiles, then the blocks with several new rows (a prefill) by their leaders; on
+    sm_90 and later the second is a programmatic dependent launch of the first.
     """
     srcs, geo, num_pages = _prepare_store((v,), loc, cache, page_size)
     n_tokens, heads, values = srcs[0].shape
@@ -689,14 +709,15 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     columns = min(knobs["lone_columns"], _next_pow2(values))
     head_tile = min(knobs["lone_heads"], _next_pow2(heads))
     head_tiles = triton.cdiv(heads, head_tile)
+    pdl = _dependent_launch(loc.device)
     grid = (triton.cdiv(n_tokens, chunks), len(PLANES) * head_tiles, triton.cdiv(values, columns))
-    _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
+    _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns, PDL=pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               num_warps=knobs["lone_warps"], **geo)
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads, triton.cdiv(values, columns))
     _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
-                              PRELOAD=chunks > 1, num_warps=knobs["num_warps"], **geo)
+                              PRELOAD=chunks > 1, PDL=pdl, num_warps=knobs["num_warps"], **({"launch_pdl": True} if pdl else {}), **geo)
 
 
 @triton.jit

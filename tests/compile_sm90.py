@@ -102,6 +102,13 @@ def calls_for(m, heads, values, page):
         m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
+        # and both kernels as a GPU of sm_90 runs them: the runs kernel a programmatic dependent launch
+        dependent = m._dependent_launch
+        m._dependent_launch = lambda device: True
+        try:
+            m.append(*([x] * len(m.PLANES)), loc, cache, page)
+        finally:
+            m._dependent_launch = dependent
         # and the lone kernel of a big call (one program scanning several groups of entries)
         knobs = m.LAUNCH["append"]
         m.LAUNCH["append"] = {**knobs, "lone_programs": 1}
