@@ -506,12 +506,12 @@ def _append_lone_kernel(
                 tl.store(lone_ptr + entry, lone.to(tl.uint8))
             if lone:
                 # A fresh block (its first slot written now) starts over from the smallest exponent.
-                byte_old = tl.where(fresh, 0, stored)
+                byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
                 byte = tl.maximum(byte_old, _x_exponent(_magnitude_bits(x)) + 127)
                 new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                 tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(byte - 127)), mask=ok)
                 grown = (byte > byte_old) & ok
-                if (tl.max(grown.to(tl.int32)) > 0) | fresh:
+                if (tl.max(tl.where(ok, byte - byte_old, 0)) > 0) | fresh:    # an integer max: cheaper than a max of booleans
                     # Only the exponents that grew are written (a fresh block's all): in most decode steps none,
                     # and the byte stores (and the layout conversion they need) are skipped.
                     tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
