@@ -2,6 +2,7 @@
 values for it (no offsets are computed here)."""
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -61,6 +62,33 @@ def tidy(text: str) -> str:
     return re.sub(r"\n{4,}", "\n\n\n", text)
 
 
+def drop_unused_helpers(text: str) -> str:
+    """Remove the module-level private functions nothing else in the module refers to, until none
+    is left: the templates emit a layout's helpers per scale group and segment, and the ops a spec
+    leaves out leave some of them unused (a module without quantize has no encoder of rows)."""
+    while True:
+        tree = ast.parse(text)
+        helpers = {node.name: node for node in tree.body
+                   if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
+        used = set()
+        for node in tree.body:
+            for sub in ast.walk(node):
+                name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+                if name in helpers and helpers[name] is not node:     # a helper calling itself keeps nothing
+                    used.add(name)
+        unused = [node for name, node in helpers.items() if name not in used]
+        if not unused:
+            return text.rstrip("\n") + "\n"
+        lines = text.split("\n")
+        for node in sorted(unused, key=lambda n: n.lineno, reverse=True):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            last = node.end_lineno          # and the blank lines after it (the next definition keeps its own)
+            while last < len(lines) and not lines[last].strip():
+                last += 1
+            del lines[first - 1:last]
+        text = tidy("\n".join(lines))
+
+
 def address(layout: Layout, region: Region, skip: tuple = (), names: dict | None = None, prefix: str = "") -> str:
     """The byte offset of a region element as a sum of coordinate * stride terms.
 
@@ -82,7 +110,7 @@ def address(layout: Layout, region: Region, skip: tuple = (), names: dict | None
 def render_layout(layout: Layout) -> str:
     env = _env()
     env.globals["address"] = lambda region, **kw: address(layout, region, **kw)
-    return tidy(env.get_template("layout.py.j2").render(L=layout, header=header(layout.spec_path)))
+    return drop_unused_helpers(tidy(env.get_template("layout.py.j2").render(L=layout, header=header(layout.spec_path))))
 
 
 def render_compat(compat: Compat) -> str:

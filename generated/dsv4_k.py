@@ -789,4 +789,3 @@ def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dty
     raw = data2[:, 448:576].contiguous().view(torch.bfloat16)
     out[:, 448:512] = _ref_cast(raw, out_dtype, computed=False)
     return out.view(*lead, values)
-

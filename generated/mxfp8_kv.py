@@ -63,10 +63,6 @@ class Cache(NamedTuple):
 
 # --- geometry: every number a kernel needs, from the spec's model -------------------------------
 
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -793,4 +789,3 @@ def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dty
     x = _ref_decode(data2[:, 0:values], "fp8_e4m3fn")
     out[:, 0:values] = _ref_cast(x * scale_f32.repeat_interleave(32, -1), out_dtype, computed=True)
     return out.view(*lead, values)
-

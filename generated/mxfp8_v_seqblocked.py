@@ -57,10 +57,6 @@ class Cache(NamedTuple):
 
 # --- geometry: every number a kernel needs, from the spec's model -------------------------------
 
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -293,12 +289,6 @@ def _x_exponent(amax_bits):
 
 
 @triton.jit
-def _x_store(addr, exponent, mask):
-    """Write scales of group x at byte addresses `addr` (ue8m0)."""
-    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask)
-
-
-@triton.jit
 def _x_load(addr, mask):
     """Read scales of group x as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127); masked-off lanes read 0."""
     return _x_from_bytes(tl.load(addr, mask=mask, other=0).to(tl.int32), mask)
@@ -329,30 +319,6 @@ def _x_word_bytes(word_row, dim, block, mask, WORD: tl.constexpr):
 def _x_load_words(word_row, dim, block, mask, WORD: tl.constexpr):
     """Scales of group x read as words (see _x_word_bytes)."""
     return _x_from_bytes(_x_word_bytes(word_row, dim, block, mask, WORD), mask)
-
-
-@triton.jit
-def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr):
-    """x: values 0.. of each row -> fp8_e4m3fn at record byte 0; one ue8m0 scale per 1.
-
-    Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
-    """
-    lane = tl.arange(0, 1)
-    for first in range(0, TILES, CHUNK):
-        tile = first + tl.arange(0, CHUNK)
-        in_segment = (tile < TILES)[None, :]
-        ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
-        index = tile[None, :, None] * 1 + lane[None, None, :]            # value index in the segment
-        x = tl.load(x_ptr + x_row[:, None, None] + (0 + index),
-                    mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
-        x = x.to(tl.float32)
-        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
-        scale = _x_exponent(amax)
-        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
-        codes = _encode_fp8_e4m3fn(q)
-        tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        _x_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok)
 
 
 @triton.jit
@@ -853,11 +819,6 @@ def _ref_x_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
     return e.clamp(-127, 127)
 
 
-def _ref_x_store(flat: torch.Tensor, addr: torch.Tensor, exponent: torch.Tensor) -> None:
-    """Write scales at byte addresses `addr` of the uint8 view `flat` (ue8m0)."""
-    flat[addr] = (exponent + 127).to(torch.uint8)
-
-
 def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
     """Read scales at byte addresses `addr` as fp32 (see _x_load)."""
     bits = flat[addr].to(torch.int32) << 23
@@ -941,4 +902,3 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, ou
         x = torch.where(ok, x, 0.0)
         o[..., 0:values] = _ref_cast(x, o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
-

@@ -11,6 +11,7 @@ import pytest
 from codegen import pipeline
 from codegen.build import build_layout, load_spec
 from tests.harness import ROOT, SPECS
+from tests.layouts import LAYOUTS
 
 GENERATED = pipeline.render_all(ROOT)
 DIGEST = ("import hashlib, sys; sys.path.insert(0, '.'); from codegen import pipeline; from pathlib import Path; "
@@ -53,6 +54,24 @@ def test_layout_modules_import_only_torch_and_triton(name):
         elif isinstance(node, ast.ImportFrom):
             roots.add((node.module or "").split(".")[0] if node.level == 0 else "<relative>")
     assert roots <= {"__future__", "functools", "types", "typing", "torch", "triton"}, roots
+
+
+def _module_source(name: str) -> str:
+    if name in SPECS:
+        return GENERATED[f"generated/{name}.py"]
+    from codegen import render
+    kind, tree, display, digest = load_spec(ROOT / "tests" / "specs" / f"{name}.yaml", ROOT)
+    return render.render_layout(build_layout(tree, display, digest))
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_every_private_helper_a_module_defines_is_used(name):
+    """Helpers are emitted per op: a module defines no private function or constant it never uses."""
+    tree = ast.parse(_module_source(name))
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not defined - used, sorted(defined - used)
 
 
 def test_schema_and_reference_list_every_field():
