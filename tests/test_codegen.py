@@ -66,7 +66,7 @@ def _module_source(name: str) -> str:
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_every_private_helper_a_module_defines_is_used(name):
-    """Helpers are emitted per op: a module defines no private function or constant it never uses."""
+    """Helpers are emitted per op: a module defines no private function it never calls."""
     tree = ast.parse(_module_source(name))
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
