@@ -640,12 +640,17 @@ def _compute_capability(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]
 
 
+# Set to False to launch append's second kernel plainly (a driver or graph runtime without
+# programmatic dependent launch); the bytes written are the same either way.
+DEPENDENT_LAUNCH = True
+
+
 def _dependent_launch(device: torch.device) -> bool:
     """Whether the runs kernel is launched as a programmatic dependent of the lone kernel (sm_90 and
     later; compiled kernels only, never under Triton's interpreter): the lone programs with work let
     it launch while they run, and it waits for their end before reading the marks. A decode step
     saves most of the second launch's latency."""
-    return (isinstance(_append_runs_kernel, triton.runtime.JITFunction) and device.type == "cuda"
+    return (DEPENDENT_LAUNCH and isinstance(_append_runs_kernel, triton.runtime.JITFunction) and device.type == "cuda"
             and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
 
 

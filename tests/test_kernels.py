@@ -147,16 +147,19 @@ def test_dequantize(name, out_dtype):
 
 @pytest.mark.parametrize("launch, pages", [({"lone_heads": 2, "lone_columns": 64, "lone_warps": 1}, 1),
                                            ({"lone_heads": 4, "lone_columns": 128, "lone_programs": 1}, 2),
-                                           ({"columns": 64, "entries": 16, "num_warps": 2}, 4)],
+                                           ({"columns": 64, "entries": 16, "num_warps": 2, "dependent_launch": False}, 4)],
                          ids=["heads", "scan", "columns"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, pages, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
     Three launch shapes: lone rows two heads (of 3) and half the value indices per tile; one lone
-    program scanning a whole call; blocks with several rows 16 entries per program, split columns.
+    program scanning a whole call; blocks with several rows 16 entries per program, split columns,
+    and (on a GPU of sm_90+) the second kernel launched plainly, not as a dependent launch.
     Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
     2, 4 and 8 bytes where the layout keeps them adjacent."""
     m = module(name)
+    launch = dict(launch)
+    monkeypatch.setattr(m, "DEPENDENT_LAUNCH", launch.pop("dependent_launch", True))
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
     heads, values, page = dims(m)
