@@ -478,8 +478,8 @@ def _append_lone_kernel(
                 tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(byte - 127)), mask=ok)
                 grown = (byte > byte_old) & ok
                 if (tl.max(tl.where(ok, byte - byte_old, 0)) > 0) | fresh:    # an integer max: cheaper than a max of booleans
-                    # Only the exponents that grew are written (a fresh block's all): in most decode steps none,
-                    # and the byte stores (and the layout conversion they need) are skipped.
+                    # Only the exponents that grew are written (a fresh block's all); when none did, the byte
+                    # stores (and the layout conversion they need) are skipped.
                     tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
                     if ~fresh:
                         # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
