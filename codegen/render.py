@@ -63,30 +63,32 @@ def tidy(text: str) -> str:
 
 
 def drop_unused_helpers(text: str) -> str:
-    """Remove the module-level private functions nothing else in the module refers to, until none
-    is left: the templates emit a layout's helpers per scale group and segment, and the ops a spec
-    leaves out leave some of them unused (a module without quantize has no encoder of rows)."""
-    while True:
-        tree = ast.parse(text)
-        helpers = {node.name: node for node in tree.body
-                   if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
-        used = set()
-        for node in tree.body:
-            for sub in ast.walk(node):
-                name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
-                if name in helpers and helpers[name] is not node:     # a helper calling itself keeps nothing
-                    used.add(name)
-        unused = [node for name, node in helpers.items() if name not in used]
-        if not unused:
-            return text.rstrip("\n") + "\n"
-        lines = text.split("\n")
-        for node in sorted(unused, key=lambda n: n.lineno, reverse=True):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            last = node.end_lineno          # and the blank lines after it (the next definition keeps its own)
-            while last < len(lines) and not lines[last].strip():
-                last += 1
-            del lines[first - 1:last]
-        text = tidy("\n".join(lines))
+    """Remove the module-level private functions that nothing else in the module reaches: the
+    templates emit a layout's helpers per scale group and segment, and the ops a spec leaves out
+    leave some of them unused (a module without quantize has no encoder of rows)."""
+    tree = ast.parse(text)
+    helpers = {node.name: node for node in tree.body
+               if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
+    calls = {}                                   # top-level node -> the helpers it names
+    for node in tree.body:
+        names = {sub.id if isinstance(sub, ast.Name) else sub.attr for sub in ast.walk(node)
+                 if isinstance(sub, (ast.Name, ast.Attribute))}
+        calls[node] = names & helpers.keys()
+    # Mark from everything that is not a private function, then sweep.
+    reached = set()
+    todo = [node for node in tree.body if node not in helpers.values()]
+    while todo:
+        for name in calls[todo.pop()] - reached:
+            reached.add(name)
+            todo.append(helpers[name])
+    lines = text.split("\n")
+    for node in sorted((n for name, n in helpers.items() if name not in reached), key=lambda n: n.lineno, reverse=True):
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        last = node.end_lineno          # and the blank lines after it (the next definition keeps its own)
+        while last < len(lines) and not lines[last].strip():
+            last += 1
+        del lines[first - 1:last]
+    return tidy("\n".join(lines)).rstrip("\n") + "\n"
 
 
 def address(layout: Layout, region: Region, skip: tuple = (), names: dict | None = None, prefix: str = "") -> str:
