@@ -27,6 +27,10 @@ class ElementFormat:
     mantissa_bits: int
     nan_code: int        # the code written for NaN
     emulated: bool = False   # e4m3fnuz: no native sm_90 conversion; encoded through e4m3fn (see numerics.md)
+    # PTX type of a pair of codes whose conversions to and from f16x2 make a power-of-two rescale
+    # exact in fp16 (a grown block's rows as 32-bit words); None: rescale in fp32. Not e5m2: its
+    # infinities times a factor that fp16 flushes to zero would give NaN, not the saturated code.
+    f16_pair: str | None = None
 
     @property
     def fmax_exponent(self) -> int:
@@ -50,7 +54,7 @@ class RawDtype:
 
 
 ELEMENT_FORMATS = {
-    "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F),
+    "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F, f16_pair="e4m3x2"),
     "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F),
     "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, emulated=True),
 }

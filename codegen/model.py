@@ -177,6 +177,14 @@ class Layout:
                     dim=region.term("dim")[0].const_name,
                     aligned=[buffer.page_bytes_name, region.offset_name] + others)
 
+    @property
+    def record_word_aligned(self) -> list:
+        """Geometry names that must be multiples of 4 for 32-bit word access to records: the records
+        buffer's page bytes, the region's offset and its strides."""
+        region = self.records_region
+        buffer = next(b for b in self.buffers if b.name == region.buffer)
+        return [buffer.page_bytes_name, region.offset_name] + [t.const_name for t in region.terms]
+
     def buffer_index(self, name: str) -> int:
         return [b.name for b in self.buffers].index(name)
 

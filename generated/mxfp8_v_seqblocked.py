@@ -400,12 +400,81 @@ def _rescale_slots(row0, row1, row2, row3, written, ok, grown, factor):
 
 
 @triton.jit
+def _rescale_words(words, factor_lo, factor_hi, merge):
+    """fp8_e4m3fn codes, 4 per 32-bit word, times fp16 factors (factor_lo: the word's codes 0
+    and 1, factor_hi: 2 and 3, as f16x2 bits); the bytes where `merge` is 0 keep their old value.
+    Inline PTX (sm_89+): codes to f16x2, mul.rn.f16x2, back with cvt.rn.satfinite, a lop3 merge. A
+    code times a power of two is exact in fp16, or (the factor or product below fp16's range) so
+    small that the code rounds to zero either way: the bytes of the fp32 rescale, in 9 instructions
+    per word instead of a byte select per code."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 pair0, pair1;
+        .reg .b32 half0, half1, codes;
+        mov.b32 {pair0, pair1}, $1;
+        cvt.rn.f16x2.e4m3x2 half0, pair0;
+        cvt.rn.f16x2.e4m3x2 half1, pair1;
+        mul.rn.f16x2 half0, half0, $2;
+        mul.rn.f16x2 half1, half1, $3;
+        cvt.rn.satfinite.e4m3x2.f16x2 pair0, half0;
+        cvt.rn.satfinite.e4m3x2.f16x2 pair1, half1;
+        mov.b32 codes, {pair0, pair1};
+        lop3.b32 $0, codes, $1, $4, 0xE4;
+        }""",  # lop3 0xE4: (codes & merge) | (old & ~merge)
+        constraints="=r,r,r,r,r", args=[words, factor_lo, factor_hi, merge], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _word_factors(shift, grown, HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr):
+    """[heads, value indices] tiles to the [heads, words] tiles _rescale_words takes: 2**shift as
+    f16x2 bits for codes 0-1 and 2-3 of each word, and 0xFF in each byte whose exponent grew."""
+    lane = tl.arange(0, 4)[None, None, :]          # a code's byte in its (little-endian) word
+    half = _exp2i(shift).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    half = tl.reshape(half, (HEAD_TILE, COLUMNS // 4, 4)) << (16 * (lane % 2))
+    factor_lo = tl.sum(tl.where(lane < 2, half, 0), axis=2)      # disjoint bit fields: the sum is their or
+    factor_hi = tl.sum(tl.where(lane >= 2, half, 0), axis=2)
+    merge = tl.sum(tl.reshape(grown.to(tl.int32), (HEAD_TILE, COLUMNS // 4, 4)) * (0xFF << (8 * lane)), axis=2)
+    return factor_lo, factor_hi, merge
+
+
+@triton.jit
+def _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written, ok, factor_lo, factor_hi, merge):
+    """_rescale_slots on [heads, words] tiles of 8 consecutive slots (int32 pointers), every load
+    before the first store."""
+    keep0 = ok & (written != 0)
+    old0 = tl.load(row0, mask=keep0, other=0)
+    keep1 = ok & (written != 1)
+    old1 = tl.load(row1, mask=keep1, other=0)
+    keep2 = ok & (written != 2)
+    old2 = tl.load(row2, mask=keep2, other=0)
+    keep3 = ok & (written != 3)
+    old3 = tl.load(row3, mask=keep3, other=0)
+    keep4 = ok & (written != 4)
+    old4 = tl.load(row4, mask=keep4, other=0)
+    keep5 = ok & (written != 5)
+    old5 = tl.load(row5, mask=keep5, other=0)
+    keep6 = ok & (written != 6)
+    old6 = tl.load(row6, mask=keep6, other=0)
+    keep7 = ok & (written != 7)
+    old7 = tl.load(row7, mask=keep7, other=0)
+    tl.store(row0, _rescale_words(old0, factor_lo, factor_hi, merge), mask=keep0)
+    tl.store(row1, _rescale_words(old1, factor_lo, factor_hi, merge), mask=keep1)
+    tl.store(row2, _rescale_words(old2, factor_lo, factor_hi, merge), mask=keep2)
+    tl.store(row3, _rescale_words(old3, factor_lo, factor_hi, merge), mask=keep3)
+    tl.store(row4, _rescale_words(old4, factor_lo, factor_hi, merge), mask=keep4)
+    tl.store(row5, _rescale_words(old5, factor_lo, factor_hi, merge), mask=keep5)
+    tl.store(row6, _rescale_words(old6, factor_lo, factor_hi, merge), mask=keep6)
+    tl.store(row7, _rescale_words(old7, factor_lo, factor_hi, merge), mask=keep7)
+
+
+@triton.jit
 def _append_lone_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, lone_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr, PDL: tl.constexpr,
     WORD: tl.constexpr,
+    WORD_RESCALE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
@@ -418,7 +487,8 @@ def _append_lone_kernel(
     in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
     fresh block, first slot written, starts over); where one grew, the block's other slots are
     rescaled. Marks every entry, alone or not, in lone_ptr for _append_runs_kernel. WORD > 0: the
-    stored exponents are read as words of that many bytes (see _scale_word_bytes).
+    stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
+    rescale works on 32-bit words of codes (see _word_rescale).
     """
     head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + tl.arange(0, HEAD_TILE)
     dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
@@ -482,15 +552,34 @@ def _append_lone_kernel(
                     # stores (and the layout conversion they need) are skipped.
                     tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
                     if ~fresh:
-                        # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
-                        factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
-                        written = (slot % 32).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
-                        for r in range(0, 32, 4):
-                            row0 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            row1 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            row2 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            row3 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
+                        if WORD_RESCALE:
+                            # The block's other slots are rescaled where an exponent grew, 8 slots at a time, as 32-bit
+                            # words of 4 codes (inline PTX, see _rescale_words).
+                            factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
+                            word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
+                            words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
+                            written = (slot % 32).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
+                            words = records.to(tl.pointer_type(tl.int32))
+                            for r in range(0, 32, 8):
+                                row0 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row1 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row2 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row3 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row4 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 4) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row5 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 5) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row6 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 6) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                row7 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 7) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                                _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
+                        else:
+                            # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
+                            factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
+                            written = (slot % 32).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
+                            for r in range(0, 32, 4):
+                                row0 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                                row1 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                                row2 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                                row3 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                                _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
 
 
         if CHUNKS > 1:
@@ -654,6 +743,23 @@ def _dependent_launch(device: torch.device) -> bool:
             and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
 
 
+# Set to False to rescale a grown block's rows code by code in Triton everywhere, never as words
+# with inline PTX; the bytes written are the same either way.
+PTX_RESCALE = True
+
+
+def _word_rescale(cache: Cache, geo: dict, device: torch.device) -> bool:
+    """Whether the lone kernel rescales a grown block's rows as 32-bit words of 4 codes with inline
+    PTX (_rescale_words: sm_90 and later, compiled kernels only, never under Triton's interpreter):
+    the record bytes must be word-aligned: buffers, pages, region and strides (a record's, so its
+    value count too)."""
+    if not (PTX_RESCALE and isinstance(_append_lone_kernel, triton.runtime.JITFunction) and device.type == "cuda"
+            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9):
+        return False
+    starts = [cache.v_cache.data_ptr(), geo["CACHE_PAGE_BYTES"], geo["CACHE_RECORDS_OFFSET"], geo["CACHE_RECORDS_SLOT_STRIDE"], geo["CACHE_RECORDS_HEAD_STRIDE"]]
+    return all(n % 4 == 0 for n in starts)
+
+
 def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
     """Append rows to the seq-blocked cache, one ue8m0 exponent per 32-slot block, head and value index.
 
@@ -684,6 +790,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     grid = (triton.cdiv(n_tokens, chunks), len(PLANES) * head_tiles, triton.cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns, PDL=pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
+                              WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               num_warps=knobs["lone_warps"], **geo)
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads, triton.cdiv(values, columns))

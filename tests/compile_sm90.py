@@ -102,13 +102,17 @@ def calls_for(m, heads, values, page):
         m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
-        # and both kernels as a GPU of sm_90 runs them: the runs kernel a programmatic dependent launch
-        dependent = m._dependent_launch
-        m._dependent_launch = lambda device: True
+        # and both kernels as a GPU of sm_90 runs them: the runs kernel a programmatic dependent launch,
+        # the lone kernel's rescale on words of codes where the layout has it
+        forced = {name: lambda *args: True for name in ("_dependent_launch", "_word_rescale") if hasattr(m, name)}
+        saved = {name: getattr(m, name) for name in forced}
         try:
+            for name, fn in forced.items():
+                setattr(m, name, fn)
             m.append(*([x] * len(m.PLANES)), loc, cache, page)
         finally:
-            m._dependent_launch = dependent
+            for name, fn in saved.items():
+                setattr(m, name, fn)
         # and the lone kernel of a big call (one program scanning several groups of entries)
         knobs = m.LAUNCH["append"]
         m.LAUNCH["append"] = {**knobs, "lone_programs": 1}

@@ -147,19 +147,22 @@ def test_dequantize(name, out_dtype):
 
 @pytest.mark.parametrize("launch, pages", [({"lone_heads": 2, "lone_columns": 64, "lone_warps": 1}, 1),
                                            ({"lone_heads": 4, "lone_columns": 128, "lone_programs": 1}, 2),
-                                           ({"columns": 64, "entries": 16, "num_warps": 2, "dependent_launch": False}, 4)],
+                                           ({"columns": 64, "entries": 16, "num_warps": 2, "dependent_launch": False,
+                                             "ptx_rescale": False}, 4)],
                          ids=["heads", "scan", "columns"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, pages, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
     Three launch shapes: lone rows two heads (of 3) and half the value indices per tile; one lone
     program scanning a whole call; blocks with several rows 16 entries per program, split columns,
-    and (on a GPU of sm_90+) the second kernel launched plainly, not as a dependent launch.
+    and (on a GPU of sm_90+) the second kernel launched plainly, not as a dependent launch, and grown
+    blocks rescaled code by code, not as words with inline PTX.
     Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
     2, 4 and 8 bytes where the layout keeps them adjacent."""
     m = module(name)
     launch = dict(launch)
     monkeypatch.setattr(m, "DEPENDENT_LAUNCH", launch.pop("dependent_launch", True))
+    monkeypatch.setattr(m, "PTX_RESCALE", launch.pop("ptx_rescale", True), raising=False)   # layouts with the word rescale
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(15)
     heads, values, page = dims(m)
@@ -204,8 +207,10 @@ def test_append(name, launch, pages, monkeypatch):
                               + [slot(s, n) for s, n in enumerate(lengths)]))
     # A decode step of rows far smaller than their blocks': no exponent grows, so none is written.
     steps.append(torch.tensor([slot(s, n + 2) for s, n in enumerate(lengths)]))
-    for i, loc in enumerate(steps):
-        growth = 2.0 ** (3 * i) if i < len(steps) - 1 else 2.0 ** -30
+    # Then rows 2^40 times larger than any before: the kept codes shrink past fp16's range, to zero.
+    steps.append(torch.tensor([slot(s, n + 3) for s, n in enumerate(lengths)]))
+    growths = [2.0 ** (3 * i) for i in range(len(steps) - 2)] + [2.0 ** -30, 2.0 ** 60]
+    for i, (loc, growth) in enumerate(zip(steps, growths)):
         v = (scaled_normal((loc.numel(), heads, values), gen, torch.float32) * growth).to(torch.bfloat16)
         if i == 0:
             v[1] = adversarial_rows(values, gen)[-6: -6 + heads]   # specials inside one block
