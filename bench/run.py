@@ -14,8 +14,10 @@ Scenarios:
 Bytes are counted minimally: each input read once, each output written once (a scale shared by a
 block of tokens once per distinct block; an append reads and writes its exponents). The device copy
 (read + write of 1 GiB) is measured in the same run. Times are medians of triton.testing.do_bench;
-small sizes also report the per-call time of 100 calls replayed from one CUDA graph, and their GB/s
-and % of copy come from that GPU time (their eager time is mostly Python's launch overhead).
+small sizes, and appends of every size, also report the per-call time of 100 calls replayed from one
+CUDA graph, and their GB/s and % of copy come from that GPU time: a small call's eager time is
+mostly Python's launch overhead, and an append's eager time includes the gap before its second
+kernel's launch whenever the host is slower than the GPU.
 
     python -m bench.run [--quick] [--json PATH] [--only LAYOUT[.OP]]
 """
@@ -52,6 +54,7 @@ class Case:
     fn: object = None           # the call to time
     working_set: int = 0        # bytes of the tensors involved
     small: bool = False
+    graph: bool = False         # time CUDA-graph replays too (always for small calls)
     baseline: object = None     # a call timed alike and subtracted (it sets up fn's state)
 
 
@@ -229,7 +232,7 @@ def cases_for(name: str, quick: bool) -> list:
                 moved = rows_bytes(m, geo, tokens, heads, values) + scales + nbytes(loc)
                 out.append(Case(name, op, scenario, f"{tokens} tok, {num_pages}x{page}", moved,
                                 lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page), nbytes(*cache) + moved,
-                                tokens <= SMALL_TOKENS))
+                                tokens <= SMALL_TOKENS, graph=op == "append"))
             if op == "append" and tokens <= SMALL_TOKENS:
                 out.append(growing_decode(name, m, geo, cache, num_pages, page, tokens, heads, values))
                 out.append(typical_decode(name, m, geo, cache, num_pages, page, tokens, heads, values))
@@ -271,9 +274,9 @@ def measure(case: Case, copy_gbps: float) -> Result:
 
     ms = timed(case.fn) - (timed(case.baseline) if case.baseline else 0.0)
     graph = None
-    if case.small:
+    if case.small or case.graph:
         graph = graph_us(case.fn) - (graph_us(case.baseline) if case.baseline else 0.0)
-    # A decode-size call's eager time is mostly Python's launch overhead: its rate is the GPU time's.
+    # Where there is a graph time the rate is the GPU time's (eager: launch overhead, host gaps).
     gbps = case.bytes / (graph / 1e3 if graph else ms) / 1e6
     return Result(case.layout, case.op, case.scenario, case.size, ms * 1e3, gbps, 100 * gbps / copy_gbps,
                   graph, case.working_set / 2 ** 20)
