@@ -65,6 +65,11 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -417,7 +422,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
     launch = _launch("gather_dequant", geo["VALUES"])
-    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
+    grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
@@ -495,7 +500,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     if n_tokens == 0:
         return
     launch = _launch("quantize_store", values)
-    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
+    grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
     _quantize_store_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,
@@ -539,7 +544,7 @@ def quantize(x: torch.Tensor):
     scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
     if n_rows:
         launch = _launch("quantize", geo["VALUES"])
-        grid = (triton.cdiv(n_rows, launch["BLOCK_T"]),)
+        grid = (_cdiv(n_rows, launch["BLOCK_T"]),)
         _quantize_kernel[grid](x2, x2.stride(0), n_rows, data, scale, **launch, **geo)
     return data.view(*lead, geo["RECORD_BYTES"]), scale.view(*lead, geo["DENSE_SCALES"])
 
@@ -592,7 +597,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
     out = torch.empty((n_rows, values), dtype=out_dtype, device=data.device)
     if n_rows:
         launch = _launch("dequantize", values)
-        grid = (triton.cdiv(n_rows, launch["BLOCK_T"]),)
+        grid = (_cdiv(n_rows, launch["BLOCK_T"]),)
         _dequantize_kernel[grid](data2, scale2, n_rows, out, CANON_NAN=out_dtype == torch.float32, **launch, **geo)
     return out.view(*lead, values)
 

@@ -57,6 +57,11 @@ class Cache(NamedTuple):
 
 # --- geometry: every number a kernel needs, from the spec's model -------------------------------
 
+def _cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -782,18 +787,18 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
             loc, lone, n_tokens, num_pages * page_size, *cache)
     # A big call's lone programs scan several entries each (few of a prefill's entries are alone).
-    chunks = _next_pow2(triton.cdiv(n_tokens, knobs["lone_programs"]))
+    chunks = _next_pow2(_cdiv(n_tokens, knobs["lone_programs"]))
     columns = min(knobs["lone_columns"], _next_pow2(values))
     head_tile = min(knobs["lone_heads"], _next_pow2(heads))
-    head_tiles = triton.cdiv(heads, head_tile)
+    head_tiles = _cdiv(heads, head_tile)
     pdl = _dependent_launch(loc.device)
-    grid = (triton.cdiv(n_tokens, chunks), len(PLANES) * head_tiles, triton.cdiv(values, columns))
+    grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns, PDL=pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               num_warps=knobs["lone_warps"], **geo)
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
-    grid = (triton.cdiv(n_tokens, entries), len(PLANES) * heads, triton.cdiv(values, columns))
+    grid = (_cdiv(n_tokens, entries), len(PLANES) * heads, _cdiv(values, columns))
     _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
                               PRELOAD=chunks > 1, PDL=pdl, num_warps=knobs["num_warps"], **({"launch_pdl": True} if pdl else {}), **geo)
 
@@ -846,7 +851,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
     launch = _launch("gather_dequant", geo["VALUES"])
-    grid = (triton.cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
+    grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
