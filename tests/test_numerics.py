@@ -166,3 +166,29 @@ def test_interpreter_patch_matches_the_measured_gpu_rule_on_every_bf16_pattern()
     q = torch.where(x.isnan(), x, x.clamp(-448, 448))
     want = torch.where(q.isnan(), 0x7F, bits(q.to(torch.float8_e4m3fn)).to(torch.int32)).to(torch.uint8)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("element", ["fp8_e4m3fn", "fp8_e5m2"])
+def test_fp16_rescale_route(element):
+    """The seq-blocked append's rescale on sm_90 (_rescale_words: codes to f16x2, mul.rn.f16x2 by the
+    factor 2^shift in fp16, cvt.rn.satfinite back) against the references' fp32 rescale, for every
+    code and every shift a grown exponent can make (-1 .. -254), emulated on the CPU with the GPU's
+    conversions (tests/interpreter_fp8.py) and torch's fp16 multiply (one rounding: the product of
+    two fp16 values is exact in fp32). e4m3fn: the same bytes everywhere. e5m2 (which does not take
+    the route) differs where fp16 flushes the factor to zero (shifts past -24): its codes reach
+    57344, so their rescaled values are still e5m2 codes there (and infinity times zero is NaN)."""
+    from tests.interpreter_fp8 import gpu_convert
+    m = module({"fp8_e4m3fn": "mxfp8_v_seqblocked", "fp8_e5m2": "zoo_tokens_nearest"}[element])
+    tl_code = {"fp8_e4m3fn": tl.float8e4nv, "fp8_e5m2": tl.float8e5}[element]
+    shifts = torch.arange(-254, 0, dtype=torch.int32)
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)[None, :].repeat(len(shifts), 1)
+    factor = m._ref_exp2i(shifts)[:, None].expand(codes.shape).contiguous()
+    want = m._ref_encode(m._ref_decode(codes, element) * factor, element)
+    half_codes = gpu_convert(codes, tl_code, tl.float16).view(torch.float16)
+    half_factor = gpu_convert(factor.view(torch.int32), tl.float32, tl.float16).view(torch.float16)
+    got = gpu_convert((half_codes * half_factor).view(torch.int16), tl.float16, tl_code)
+    differ = got != want
+    if element == "fp8_e4m3fn":
+        assert not differ.any()
+    else:
+        assert differ[shifts < -24].any() and not differ[shifts >= -24].any()
