@@ -218,3 +218,35 @@ def test_append(name, launch, pages, monkeypatch):
         m.append(v, loc, cache, page)
         m.append_ref(v, loc, cache_ref, page)
         assert_same_cache(m, cache, cache_ref, f"{name}.append step {i}")
+
+
+def test_word_factors_pack_codes_little_endian():
+    """_word_factors (the sm_90 word rescale's inputs, also checked here where that rescale cannot run):
+    per 32-bit word, 2**shift as fp16 bits for codes 0-1 (low) and 2-3 (high), and 0xFF in each byte
+    whose exponent grew, code 0 in the lowest byte."""
+    import triton
+    import triton.language as tl
+    m = module("mxfp8_v_seqblocked")
+
+    @triton.jit
+    def probe(shift_ptr, grown_ptr, lo_ptr, hi_ptr, merge_ptr, H: tl.constexpr, C: tl.constexpr,
+              word_factors: tl.constexpr):
+        tile = tl.arange(0, H)[:, None] * C + tl.arange(0, C)[None, :]
+        words = tl.arange(0, H)[:, None] * (C // 4) + tl.arange(0, C // 4)[None, :]
+        lo, hi, merge = word_factors(tl.load(shift_ptr + tile), tl.load(grown_ptr + tile) != 0, H, C)
+        tl.store(lo_ptr + words, lo)
+        tl.store(hi_ptr + words, hi)
+        tl.store(merge_ptr + words, merge)
+
+    H, C = 2, 16
+    gen = generator(17)
+    shift = torch.randint(-30, 1, (H, C), generator=gen, dtype=torch.int32)
+    grown = torch.randint(0, 2, (H, C), generator=gen, dtype=torch.int32)
+    lo, hi, merge = (torch.full((H, C // 4), 0x5A5A5A5A, dtype=torch.int32, device=DEVICE) for _ in range(3))
+    probe[(1,)](shift.to(DEVICE), grown.to(DEVICE), lo, hi, merge, H, C, m._word_factors)
+    half = (m._ref_exp2i(shift).to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF).view(H, C // 4, 4)
+    bytes_grown = (grown.to(torch.int64) * 0xFF).view(H, C // 4, 4)
+    as_int32 = lambda t: (t - ((t >> 31) << 32)).to(torch.int32)     # the uint32 bit pattern as int32
+    assert torch.equal(lo.cpu(), as_int32(half[..., 0] | half[..., 1] << 16))
+    assert torch.equal(hi.cpu(), as_int32(half[..., 2] | half[..., 3] << 16))
+    assert torch.equal(merge.cpu(), as_int32(sum(bytes_grown[..., i] << 8 * i for i in range(4))))
