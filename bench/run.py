@@ -125,18 +125,9 @@ def growing_decode(name, m, geo, cache, num_pages, page, tokens, heads, values) 
     small = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
     large = [(x.float() * 2.0 ** 24).to(x.dtype) for x in small]
     second = first + 1
-
-    def fresh():
-        m.append(*small, first, cache, page)
-
-    def fresh_then_grow():
-        fresh()
-        m.append(*large, second, cache, page)
-
-    moved = (rows_bytes(m, geo, tokens, heads, values) + 2 * scale_bytes(m, geo, second, heads) + nbytes(second)
-             + 2 * tokens * len(m.PLANES) * heads * (block - 1) * values)
-    return Case(name, "append", "grow", f"{tokens} tok, {num_pages}x{page}", moved, fresh_then_grow,
-                nbytes(*cache) + moved, True, baseline=fresh)
+    return rescaling_case(name, m, geo, cache, num_pages, page, "grow", second, heads, values,
+                          setup=lambda: m.append(*small, first, cache, page),
+                          step=lambda: m.append(*large, second, cache, page))
 
 
 def typical_decode(name, m, geo, cache, num_pages, page, tokens, heads, values) -> Case:
@@ -162,14 +153,23 @@ def typical_decode(name, m, geo, cache, num_pages, page, tokens, heads, values) 
         for t, s in zip(exponents, saved):
             t.index_copy_(0, pages, s)
 
-    def restore_then_step():
-        restore()
-        m.append(*srcs, loc, cache, page)
+    return rescaling_case(name, m, geo, cache, num_pages, page, "typical", loc, heads, values,
+                          setup=restore, step=lambda: m.append(*srcs, loc, cache, page))
 
+
+def rescaling_case(name, m, geo, cache, num_pages, page, scenario, loc, heads, values, setup, step) -> Case:
+    """An append decode step that rescales its blocks, timed after `setup` (which puts the cache in
+    the state the step rescales) minus `setup` alone. Counted: each token's bytes, its block's
+    exponents read and written, and the block's other rows read and written."""
+    def setup_then_step():
+        setup()
+        step()
+
+    tokens = loc.numel()
     moved = (rows_bytes(m, geo, tokens, heads, values) + 2 * scale_bytes(m, geo, loc, heads) + nbytes(loc)
-             + 2 * tokens * len(m.PLANES) * heads * (block - 1) * values)
-    return Case(name, "append", "typical", f"{tokens} tok, {num_pages}x{page}", moved, restore_then_step,
-                nbytes(*cache) + moved, True, baseline=restore)
+             + 2 * tokens * len(m.PLANES) * heads * (m.SCALE_GROUP_TOKENS - 1) * values)
+    return Case(name, "append", scenario, f"{tokens} tok, {num_pages}x{page}", moved, setup_then_step,
+                nbytes(*cache) + moved, True, baseline=setup)
 
 
 def rows_bytes(m, geo, tokens, heads, values) -> int:
