@@ -207,7 +207,7 @@ def test_append(name, launch, pages, monkeypatch):
                               + [slot(s, n) for s, n in enumerate(lengths)]))
     # A decode step of rows far smaller than their blocks': no exponent grows, so none is written.
     steps.append(torch.tensor([slot(s, n + 2) for s, n in enumerate(lengths)]))
-    # Then rows 2^40 times larger than any before: the kept codes shrink past fp16's range, to zero.
+    # Then rows 2^42 times larger than any before: the kept codes shrink past fp16's range, to zero.
     steps.append(torch.tensor([slot(s, n + 3) for s, n in enumerate(lengths)]))
     growths = [2.0 ** (3 * i) for i in range(len(steps) - 2)] + [2.0 ** -30, 2.0 ** 60]
     for i, (loc, growth) in enumerate(zip(steps, growths)):
