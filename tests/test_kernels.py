@@ -220,13 +220,14 @@ def test_append(name, launch, pages, monkeypatch):
         assert_same_cache(m, cache, cache_ref, f"{name}.append step {i}")
 
 
-def test_word_factors_pack_codes_little_endian():
+@pytest.mark.parametrize("name", [n for n in cases("append") if hasattr(module(n), "_word_factors")])
+def test_word_factors_pack_codes_little_endian(name):
     """_word_factors (the sm_90 word rescale's inputs, also checked here where that rescale cannot run):
     per 32-bit word, 2**shift as fp16 bits for codes 0-1 (low) and 2-3 (high), and 0xFF in each byte
     whose exponent grew, code 0 in the lowest byte."""
     import triton
     import triton.language as tl
-    m = module("mxfp8_v_seqblocked")
+    m = module(name)
 
     @triton.jit
     def probe(shift_ptr, grown_ptr, lo_ptr, hi_ptr, merge_ptr, H: tl.constexpr, C: tl.constexpr,
