@@ -658,26 +658,35 @@ def _append_runs_kernel(
             before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
             # A run start leads unless an earlier entry of the 32 before it lands in the same block.
             if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
-                hit = _block_of(member_loc, num_slots) == block_id
-                hit_ok = hit[:, None] & dim_ok[None, :]
-                x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
-                x = tl.where(hit_ok, x, 0.0).to(tl.float32)
-                member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
-                # A block whose first slot is written now starts over: stored exponents and other slots are stale.
-                fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
-                in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
-                exponent_old = tl.where(in_use, stored, -127)
-                exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
-                member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
-                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
-                if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
-                    # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
-                    for r in range(0, 32, RESCALE_ROWS):
-                        part = r + tl.arange(0, RESCALE_ROWS)
-                        kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
-                        kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                        _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
+                # A whole fresh block (the 32 entries from the leader are its slots in order, as in most of a
+                # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
+                whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
+                if whole:
+                    x = x_ahead.to(tl.float32)
+                    exponent = tl.maximum(_x_exponent(tl.max(_magnitude_bits(x), axis=0)), -127)
+                    block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                    tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
+                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
+                else:
+                    hit = _block_of(member_loc, num_slots) == block_id
+                    hit_ok = hit[:, None] & dim_ok[None, :]
+                    x = tl.where(hit_ok, x_ahead, 0.0).to(tl.float32)       # rows past the call's end are no hits: all are preloaded
+                    member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
+                    # A block whose first slot is written now starts over: stored exponents and other slots are stale.
+                    fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
+                    in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
+                    exponent_old = tl.where(in_use, stored, -127)
+                    exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
+                    member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                    tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
+                    if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
+                        # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
+                        for r in range(0, 32, RESCALE_ROWS):
+                            part = r + tl.arange(0, RESCALE_ROWS)
+                            kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
+                            kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                            _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
             k = after
     while k < ENTRIES:
         n = first + k
@@ -702,26 +711,36 @@ def _append_runs_kernel(
         before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
         # A run start leads unless an earlier entry of the 32 before it lands in the same block.
         if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
-            hit = _block_of(member_loc, num_slots) == block_id
-            hit_ok = hit[:, None] & dim_ok[None, :]
-            x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
-            x = tl.where(hit_ok, x, 0.0).to(tl.float32)
-            member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
-            # A block whose first slot is written now starts over: stored exponents and other slots are stale.
-            fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
-            in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
-            exponent_old = tl.where(in_use, stored, -127)
-            exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
-            member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-            tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
-            tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
-            if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
-                # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
-                for r in range(0, 32, RESCALE_ROWS):
-                    part = r + tl.arange(0, RESCALE_ROWS)
-                    kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
-                    kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
+            # A whole fresh block (the 32 entries from the leader are its slots in order, as in most of a
+            # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
+            whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
+            if whole:
+                x = x_ahead.to(tl.float32)
+                exponent = tl.maximum(_x_exponent(tl.max(_magnitude_bits(x), axis=0)), -127)
+                block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
+                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
+            else:
+                hit = _block_of(member_loc, num_slots) == block_id
+                hit_ok = hit[:, None] & dim_ok[None, :]
+                x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
+                x = tl.where(hit_ok, x, 0.0).to(tl.float32)
+                member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
+                # A block whose first slot is written now starts over: stored exponents and other slots are stale.
+                fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
+                in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
+                exponent_old = tl.where(in_use, stored, -127)
+                exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
+                member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
+                if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
+                    # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
+                    for r in range(0, 32, RESCALE_ROWS):
+                        part = r + tl.arange(0, RESCALE_ROWS)
+                        kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
+                        kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                        _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
         k = after
 
 
