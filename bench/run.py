@@ -3,6 +3,8 @@
 Scenarios:
   decode   a batch of sequences appending one token each into scattered pages
   prefill  contiguous runs of slots (whole sequences written at once)
+  batch    (append, large) a prefill of a batch of sequences of random lengths (1-4096 tokens),
+           each from a page boundary: a sequence's blocks start at any entry of the call
   gather   page tables of whole sequences: random pages, contiguous within a page
   random   uniformly random slots (the worst case)
   grow     (append) a decode step in which every value index's exponent grows: the block's other
@@ -110,6 +112,22 @@ def paged_slots(tokens: int, num_pages: int, page: int) -> torch.Tensor:
 
 prefill_slots = paged_slots   # a prefill writes whole sequences: contiguous runs of slots
 gather_ids = paged_slots      # a reader walks the same page tables
+
+
+def batch_slots(tokens: int, num_pages: int, page: int, longest: int = 4096) -> torch.Tensor:
+    """A prefill of a batch of sequences of random lengths (1..longest tokens), one after another,
+    each from the first slot of random pages of its own: a sequence's runs start at any entry."""
+    lengths = []
+    while sum(lengths) < tokens:
+        lengths.append(min(int(torch.randint(1, longest + 1, (1,))), tokens - sum(lengths)))
+    pages = torch.randperm(num_pages, device="cuda")
+    slots, used = [], 0
+    for n in lengths:
+        count = -(-n // page)
+        own = pages[used: used + count]
+        used += count
+        slots.append((own[:, None] * page + torch.arange(page, device="cuda")[None, :]).flatten()[:n])
+    return torch.cat(slots)
 
 
 def random_slots(tokens: int, num_slots: int) -> torch.Tensor:
@@ -225,6 +243,9 @@ def cases_for(name: str, quick: bool) -> list:
                 scenarios.insert(0, ("decode", decode_slots(tokens, num_pages, page)))
             if op == "quantize_store":
                 scenarios.append(("random", random_slots(tokens, num_pages * page)))
+            if op == "append" and tokens > SMALL_TOKENS:
+                # an append's blocks need not start at a program's first entry
+                scenarios.append(("batch", batch_slots(tokens, num_pages, page)))
             for scenario, loc in scenarios:
                 srcs = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
                 # an append reads the stored exponents and writes the new ones
