@@ -613,7 +613,8 @@ def _append_runs_kernel(
     block (a block's entries must lie within 32 consecutive entries, as with per-sequence
     contiguous slots); only run starts (the entry before lands elsewhere) can lead. A leader merges
     its block's new exponents with the stored ones, writes the new codes and exponents and rescales
-    the kept codes where an exponent grew; other entries do nothing.
+    the kept codes where an exponent grew; other entries do nothing. A whole fresh block (the 32
+    entries from its leader are its slots in order, as in most of a prefill) skips the merge.
     """
     head = tl.program_id(1) % HEADS
     first = tl.program_id(0) * ENTRIES
