@@ -220,6 +220,43 @@ def test_append(name, launch, pages, monkeypatch):
         assert_same_cache(m, cache, cache_ref, f"{name}.append step {i}")
 
 
+@pytest.mark.parametrize("launch", [{}, {"lone_programs": 1}], ids=["calls", "big-calls"])
+@pytest.mark.parametrize("name", cases("append"))
+def test_append_batch_prefill(name, launch, monkeypatch):
+    """A prefill of a batch of sequences of random lengths, one after another, each from the first
+    slot of pages of its own: blocks start at any entry of the call, so whole fresh blocks are led
+    from a program's first entry and from the middle of one, next to partial blocks. Then every
+    sequence grows by a chunk of random length (blocks in use: merged, rescaled where an exponent
+    grows). As launched for decode-size calls and for big ones (rows preloaded)."""
+    m = module(name)
+    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
+    gen = generator(18)
+    heads, values, page = dims(m)
+    lengths = torch.randint(1, 3 * page, (9,), generator=gen).tolist()
+    chunks = torch.randint(1, 40, (9,), generator=gen).tolist()
+    pages_each = [-(-(n + c) // page) for n, c in zip(lengths, chunks)]
+    num_pages = sum(pages_each) + 2
+    order = torch.randperm(num_pages, generator=gen).tolist()
+    owned, used = [], 0
+    for count in pages_each:
+        owned.append(order[used: used + count])
+        used += count
+
+    def slots(seq, start, count):
+        return [owned[seq][t // page] * page + t % page for t in range(start, start + count)]
+
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    cache_ref = clone(m, cache)
+    prefill = torch.tensor([s for i, n in enumerate(lengths) for s in slots(i, 0, n)])
+    grow = torch.tensor([s for i, (n, c) in enumerate(zip(lengths, chunks)) for s in slots(i, n, c)])
+    for step, (loc, scale) in enumerate(((prefill, 1.0), (grow, 8.0))):
+        v = (scaled_normal((loc.numel(), heads, values), gen, torch.float32) * scale).to(torch.bfloat16)
+        v, loc = v.to(DEVICE), loc.to(DEVICE)
+        m.append(v, loc, cache, page)
+        m.append_ref(v, loc, cache_ref, page)
+        assert_same_cache(m, cache, cache_ref, f"{name}.append batch step {step}")
+
+
 @pytest.mark.parametrize("name", [n for n in cases("append") if hasattr(module(n), "_word_factors")])
 def test_word_factors_pack_codes_little_endian(name):
     """_word_factors (the sm_90 word rescale's inputs, also checked here where that rescale cannot run):
