@@ -335,12 +335,17 @@ def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row,
         SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr):
     """nope: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (rows not row_ok read as 0)."""
     lane = tl.arange(0, 64)
+    STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
+    RUN: tl.constexpr = STORE_VEC                                      # contiguous codes claimed
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         index = tile[None, :, None] * 64 + lane[None, None, :]
-        codes = tl.load(rec_ptr + rec_row[:, None, None] + (0 + index), mask=read[:, :, None], other=0)
+        # The codes are contiguous along the lanes; claiming runs of one output store's width (not the
+        # whole run) gives their load the store's layout, so no tile moves through shared memory between them.
+        codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (0 + index), [1, 1, RUN])
+        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
         scale = _nope_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
         x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
         if CANON_NAN:
