@@ -26,7 +26,7 @@ class ElementFormat:
     fmax: float          # largest finite value; quantized values saturate here
     mantissa_bits: int
     nan_code: int        # the code written for NaN
-    emulated: bool = False   # e4m3fnuz: no native sm_90 conversion; encoded through e4m3fn (see numerics.md)
+    emulated: bool = False   # e4m3fnuz: no native sm_90 conversion; encoded by integer arithmetic (see numerics.md)
     # PTX type of a pair of codes whose conversions to and from f16x2 make a power-of-two rescale
     # exact in fp16 (a grown block's rows as 32-bit words); None: rescale in fp32. Not e5m2: its codes
     # reach 57344, so times a factor fp16 flushes to zero (below 2^-24) they are still nonzero codes
