@@ -210,12 +210,28 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
     return tuple(views), geo, num_pages
 
 
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
+    """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
+    per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
+    call spreads over the whole GPU instead of queueing on a few SMs. No cap elsewhere (the interpreter)."""
+    if device.type != "cuda":
+        return 64
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _prev_pow2(max(1, rows * lanes // sms))
+
+
 @functools.lru_cache(maxsize=256)
-def _launch(op: str, values: int) -> dict:
-    """Tokens per program, tile-loop chunks and warps of one op for one value count."""
+def _launch(op: str, values: int, cap: int = 64) -> dict:
+    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
+    chunks and warps of one op for one value count."""
     knobs = LAUNCH[op]
     elements = knobs["elements"]
-    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, elements // values)))
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
     return dict(
         BLOCK_T=rows,
         num_warps=knobs["num_warps"],
@@ -426,7 +442,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     n_tokens = token_ids.shape[0]
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
-    launch = _launch("gather_dequant", geo["VALUES"])
+    launch = _launch("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, len(PLANES) * geo["HEADS"], token_ids.device))
     grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
@@ -504,7 +520,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     n_tokens, heads, values = srcs[0].shape
     if n_tokens == 0:
         return
-    launch = _launch("quantize_store", values)
+    launch = _launch("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
     grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
     _quantize_store_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
@@ -548,7 +564,7 @@ def quantize(x: torch.Tensor):
     data = torch.empty((n_rows, geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
     scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
     if n_rows:
-        launch = _launch("quantize", geo["VALUES"])
+        launch = _launch("quantize", geo["VALUES"], _rows_cap(n_rows, 1, x.device))
         grid = (_cdiv(n_rows, launch["BLOCK_T"]),)
         _quantize_kernel[grid](x2, x2.stride(0), n_rows, data, scale, **launch, **geo)
     return data.view(*lead, geo["RECORD_BYTES"]), scale.view(*lead, geo["DENSE_SCALES"])
@@ -601,7 +617,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
     n_rows, values = data2.shape[0], geo["VALUES"]
     out = torch.empty((n_rows, values), dtype=out_dtype, device=data.device)
     if n_rows:
-        launch = _launch("dequantize", values)
+        launch = _launch("dequantize", values, _rows_cap(n_rows, 1, data.device))
         grid = (_cdiv(n_rows, launch["BLOCK_T"]),)
         _dequantize_kernel[grid](data2, scale2, n_rows, out, CANON_NAN=out_dtype == torch.float32, **launch, **geo)
     return out.view(*lead, values)

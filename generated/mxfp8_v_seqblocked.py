@@ -216,12 +216,28 @@ def _scale_word_bytes(cache: Cache, geo: dict, page_size: int) -> int:
     return blocks if all(n % blocks == 0 for n in starts) else 0
 
 
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
+    """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
+    per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
+    call spreads over the whole GPU instead of queueing on a few SMs. No cap elsewhere (the interpreter)."""
+    if device.type != "cuda":
+        return 64
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _prev_pow2(max(1, rows * lanes // sms))
+
+
 @functools.lru_cache(maxsize=256)
-def _launch(op: str, values: int) -> dict:
-    """Tokens per program, tile-loop chunks and warps of one op for one value count."""
+def _launch(op: str, values: int, cap: int = 64) -> dict:
+    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
+    chunks and warps of one op for one value count."""
     knobs = LAUNCH[op]
     elements = knobs["elements"]
-    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, elements // values)))
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
     return dict(
         BLOCK_T=rows,
         num_warps=knobs["num_warps"],
@@ -876,7 +892,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     n_tokens = token_ids.shape[0]
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
-    launch = _launch("gather_dequant", geo["VALUES"])
+    launch = _launch("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, len(PLANES) * geo["HEADS"], token_ids.device))
     grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,

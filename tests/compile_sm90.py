@@ -120,12 +120,21 @@ def calls_for(m, heads, values, page):
             m.append(*([x] * len(m.PLANES)), loc, cache, page)
         finally:
             m.LAUNCH["append"] = knobs
-    if "gather_dequant" in m.OPS:
-        m.gather_dequant(cache, loc, page)
-    if "quantize" in m.OPS:
-        data, scale = m.quantize_ref(x)
-        m.quantize(x)
-        m.dequantize(data, scale)
+    # and the other ops as a call too small to fill a GPU runs them: one row per program (see _rows_cap)
+    for cap in (None, lambda *args: 1):
+        saved = m._rows_cap
+        m._rows_cap = cap or saved
+        try:
+            if cap and "quantize_store" in m.OPS:
+                m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
+            if "gather_dequant" in m.OPS:
+                m.gather_dequant(cache, loc, page)
+            if "quantize" in m.OPS:
+                data, scale = m.quantize_ref(x)
+                m.quantize(x)
+                m.dequantize(data, scale)
+        finally:
+            m._rows_cap = saved
     return calls
 
 

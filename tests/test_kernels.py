@@ -288,3 +288,46 @@ def test_word_factors_pack_codes_little_endian(name):
     assert torch.equal(lo.cpu(), as_int32(half[..., 0] | half[..., 1] << 16))
     assert torch.equal(hi.cpu(), as_int32(half[..., 2] | half[..., 3] << 16))
     assert torch.equal(merge.cpu(), as_int32(sum(bytes_grown[..., i] << 8 * i for i in range(4))))
+
+
+@pytest.mark.parametrize("name", cases("gather_dequant"))
+def test_one_row_per_program(name, monkeypatch):
+    """The launch of a call too small to fill the GPU (_rows_cap: one row per program here), for every
+    op but append, against the references (under the interpreter the cap is otherwise off)."""
+    m = module(name)
+    monkeypatch.setattr(m, "_rows_cap", lambda rows, lanes, device: 1)
+    gen = generator(17)
+    heads, values, page = dims(m)
+    num_pages = 3
+    num_slots = num_pages * page
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    ids = torch.randint(-1, num_slots + 1, (7,), generator=gen).to(DEVICE)
+    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in
+                      (m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)))):
+        assert_same_bytes(a, b, f"{name}.gather_dequant, one row per program")
+    if "quantize_store" in m.OPS:
+        cache_ref = clone(m, cache)
+        srcs = [source_rows(m, 7, heads, values, torch.bfloat16, gen) for _ in m.PLANES]
+        loc = unique_slots(num_slots, 7, gen, [-1]).to(DEVICE)
+        m.quantize_store(*srcs, loc, cache, page)
+        m.quantize_store_ref(*srcs, loc, cache_ref, page)
+        assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store, one row per program")
+    if "quantize" in m.OPS:
+        x = scaled_normal((7, m.VALUES or 96), gen, torch.float32).to(torch.bfloat16).to(DEVICE)
+        (data, scale), (data_ref, scale_ref) = m.quantize(x), m.quantize_ref(x)
+        assert_same_bytes(data, data_ref, f"{name}.quantize data, one row per program")
+        assert_same_bytes(scale, scale_ref, f"{name}.quantize scale, one row per program")
+        assert_same_bytes(m.dequantize(data, scale), m.dequantize_ref(data, scale),
+                          f"{name}.dequantize, one row per program")
+
+
+@pytest.mark.parametrize("name", cases("gather_dequant"))
+def test_rows_cap_gives_every_sm_a_program(name, monkeypatch):
+    m = module(name)
+    monkeypatch.setattr(m, "_sm_count", lambda index: 132)
+    gpu = torch.device("cuda", 0)
+    assert m._rows_cap(2048, 1, gpu) == 8            # 256 programs of 8 rows
+    assert m._rows_cap(2048, 16, gpu) == 128          # plenty of programs: no cap below the knobs' 64
+    assert m._rows_cap(100, 1, gpu) == 1
+    assert m._rows_cap(2048, 1, torch.device("cpu")) == 64
+    assert m._launch("gather_dequant", 128, 1)["BLOCK_T"] == 1
