@@ -80,7 +80,7 @@ PAGE = Obj(title="page rules", fields={
 
 LAUNCH = Obj(title="launch knobs of one op", fields={
     "elements": Field(Int(minimum=32), "values one program handles per step (a power of two); sets tokens per program", None),
-    "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values", None),
+    "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
     "columns": Field(Int(minimum=1), "append: value indices per program of blocks with several new rows (a power of two)", None),
     "entries": Field(Int(minimum=1), "append: loc entries per program of blocks with several new rows (a power of two)", None),
