@@ -221,6 +221,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
 
 @functools.lru_cache(maxsize=16)
 def _sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device `index`."""
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 

@@ -218,6 +218,7 @@ def _scale_word_bytes(cache: Cache, geo: dict, page_size: int) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device `index`."""
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 

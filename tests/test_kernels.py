@@ -313,10 +313,13 @@ def test_one_row_per_program(name, monkeypatch):
         m.quantize_store_ref(*srcs, loc, cache_ref, page)
         assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store, one row per program")
     if "quantize" in m.OPS:
-        x = scaled_normal((7, m.VALUES or 96), gen, torch.float32).to(torch.bfloat16).to(DEVICE)
+        x = source_rows(m, 7, 1, m.VALUES or 96, torch.bfloat16, gen)[:, 0]
         (data, scale), (data_ref, scale_ref) = m.quantize(x), m.quantize_ref(x)
         assert_same_bytes(data, data_ref, f"{name}.quantize data, one row per program")
         assert_same_bytes(scale, scale_ref, f"{name}.quantize scale, one row per program")
+        # random record and scale bytes, every code among them
+        data, scale = random_bytes(torch.empty_like(data), gen), random_bytes(torch.empty_like(scale), gen)
+        data.view(-1).view(torch.uint8)[:256] = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(DEVICE)
         assert_same_bytes(m.dequantize(data, scale), m.dequantize_ref(data, scale),
                           f"{name}.dequantize, one row per program")
 
