@@ -17,6 +17,20 @@ def fp32_bits(x: float) -> int:
 
 
 @dataclass(frozen=True)
+class IntegerEncoding:
+    """Constants of an fp8 encoder that works on fp32 bits alone (formats without a native sm_90
+    conversion): a normal code is fp32's bits with the exponent rebased and the mantissa rounded to
+    nearest even; below the smallest normal a code counts whole subnormal steps."""
+
+    rebase_bits: int        # subtracted from |q|'s fp32 bits: exponent bias 127 -> the format's
+    dropped_bits: int       # fp32 mantissa bits the code drops
+    below_half: int         # added before dropping them, with their kept neighbour's lowest bit: RNE
+    min_normal_bits: int    # fp32 bits of the smallest normal value; below it, subnormal steps
+    step_magic: float       # 2**k whose ulp is one subnormal step: |q| + it - it rounds to a step (RNE)
+    steps_per_unit: float   # 1 / the subnormal step (an exact power of two)
+
+
+@dataclass(frozen=True)
 class ElementFormat:
     """An fp8 element format: values are stored as codes after division by the group's scale."""
 
@@ -26,6 +40,7 @@ class ElementFormat:
     fmax: float          # largest finite value; quantized values saturate here
     mantissa_bits: int
     nan_code: int        # the code written for NaN
+    bias: int            # exponent bias
     emulated: bool = False   # e4m3fnuz: no native sm_90 conversion; encoded by integer arithmetic (see numerics.md)
     # PTX type of a pair of codes whose conversions to and from f16x2 make a power-of-two rescale
     # exact in fp16 (a grown block's rows as 32-bit words); None: rescale in fp32. Not e5m2: its codes
@@ -37,6 +52,18 @@ class ElementFormat:
     def fmax_exponent(self) -> int:
         """floor(log2(fmax)): the unbiased exponent of fmax (torchao's target_max_pow2)."""
         return math.frexp(self.fmax)[1] - 1
+
+    @property
+    def integer_encoding(self) -> IntegerEncoding:
+        step = 1 - self.bias - self.mantissa_bits           # log2 of the subnormal step
+        return IntegerEncoding(
+            rebase_bits=(FP32_BIAS - self.bias) << FP32_MANTISSA_BITS,
+            dropped_bits=FP32_MANTISSA_BITS - self.mantissa_bits,
+            below_half=(1 << (FP32_MANTISSA_BITS - self.mantissa_bits - 1)) - 1,
+            min_normal_bits=fp32_bits(2.0 ** (1 - self.bias)),
+            step_magic=2.0 ** (FP32_MANTISSA_BITS + step),
+            steps_per_unit=2.0 ** -step,
+        )
 
     @property
     def fmax_mantissa_bits(self) -> int:
@@ -55,9 +82,9 @@ class RawDtype:
 
 
 ELEMENT_FORMATS = {
-    "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F, f16_pair="e4m3x2"),
-    "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F),
-    "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, emulated=True),
+    "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F, 7, f16_pair="e4m3x2"),
+    "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F, 15),
+    "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, 8, emulated=True),
 }
 
 RAW_DTYPES = {
