@@ -379,6 +379,30 @@ def _block_of(loc, num_slots):
 
 
 @triton.jit
+def _same_block(other, loc, num_slots):
+    """Whether slot ids `other` land in the 32-slot block of `loc`, a slot the call writes. A
+    skipped slot never does: negative ids differ from it in the sign, and the cache ends at a block's
+    end. One masked xor, no division."""
+    return ((other.to(tl.int64) ^ loc.to(tl.int64)) & -32) == 0
+
+
+@triton.jit
+def _later_member(loc_ptr, entry, loc, n_tokens, num_slots):
+    """Whether one of the entries 2 to 31 after each entry lands in its block (`loc`, a slot the call
+    writes): one load per lane and offset, from L1."""
+    member = entry < 0
+    for later in tl.static_range(2, 32):
+        member = member | _same_block(tl.load(loc_ptr + entry + later, mask=entry + later < n_tokens, other=-1), loc, num_slots)
+    return member
+
+
+@triton.jit
+def _bit_or(a, b):
+    """tl.reduce's combine for a bitwise or."""
+    return a | b
+
+
+@triton.jit
 def _maybe_alone(loc_ptr, entry, n_tokens, num_slots):
     """Whether each entry may be alone in its block: its predecessor and successor land elsewhere."""
     own = _block_of(tl.load(loc_ptr + entry, mask=entry < n_tokens, other=-1), num_slots)
@@ -393,7 +417,9 @@ def _multiplier(exponent):
     [-127, 128]: -127 .. 126 give normal fp32 powers, 127 the subnormal
     2**-127, 128 (a stored 0xFF, an infinite scale) 0, so 0 codes as in the seed."""
     field = _F32_BIAS - exponent                  # the fp32 exponent field of 2**-exponent where it is normal
-    bits = tl.where(field > 0, field << _F32_MANTISSA_BITS, (field + 1) * _F32_2POW_MINUS_127_BITS)
+    # The larger of the normal bits (negative for 128) and the bits (field + 1) * 2**-127 has (exact
+    # for fields 0 and -1, smaller for every normal field): no select.
+    bits = tl.maximum(field << _F32_MANTISSA_BITS, (field + 1) << (_F32_MANTISSA_BITS - 1))
     return bits.to(tl.float32, bitcast=True)
 
 
@@ -498,7 +524,7 @@ def _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written,
 @triton.jit
 def _append_lone_kernel(
     v_ptr, v_stride_t, v_stride_h,
-    loc_ptr, lone_ptr, n_tokens, num_slots,
+    loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr, PDL: tl.constexpr,
     WORD: tl.constexpr,
@@ -514,15 +540,17 @@ def _append_lone_kernel(
     per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
     in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
     fresh block, first slot written, starts over); where one grew, the block's other slots are
-    rescaled. Marks every entry, alone or not, in lone_ptr for _append_runs_kernel. WORD > 0: the
+    rescaled. _append_runs_kernel does every other entry's block. WORD > 0: the
     stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
     rescale works on 32-bit words of codes (see _word_rescale).
     """
     head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + tl.arange(0, HEAD_TILE)
     dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
-    ok = (head < HEADS)[:, None] & (dim < VALUES)[None, :]
+    if (HEADS % HEAD_TILE == 0) & (VALUES % COLUMNS == 0):
+        ok = tl.full((HEAD_TILE, COLUMNS), 1, tl.int1)      # whole tiles: no masks
+    else:
+        ok = (head < HEADS)[:, None] & (dim < VALUES)[None, :]
     window = tl.arange(0, 32)
-    marks = (tl.program_id(1) == 0) & (tl.program_id(2) == 0)      # one program per entry writes lone_ptr
     start = tl.program_id(0) * CHUNKS
     stop = tl.minimum(start + CHUNKS, n_tokens)
     if CHUNKS > 1:
@@ -530,34 +558,29 @@ def _append_lone_kernel(
         # programs stop here; the entries that may be alone go in turn.
         scanned = start + tl.arange(0, CHUNKS)
         maybe = _maybe_alone(loc_ptr, scanned, n_tokens, num_slots)
-        if marks:
-            tl.store(lone_ptr + scanned, tl.zeros_like(scanned).to(tl.uint8), mask=~maybe & (scanned < n_tokens))
         entry = tl.min(tl.where(maybe, scanned, stop), axis=0)
     else:
         entry = start
     while entry < stop:
         loc = tl.load(loc_ptr + entry).to(tl.int64)
-        own_block = _block_of(loc, num_slots)
-        maybe_here = _maybe_alone(loc_ptr, entry, n_tokens, num_slots)
-        if marks & ~maybe_here:
-            tl.store(lone_ptr + entry, maybe_here.to(tl.uint8))      # 0: an adjacent entry shares its block
-        if maybe_here:
+        # Alone: a slot the call writes, and none of the 31 entries before or after lands in its block.
+        before = entry - 1 - window
+        after = entry + 1 + window
+        before_loc = tl.load(loc_ptr + before, mask=(window < 31) & (before >= 0), other=-1)
+        after_loc = tl.load(loc_ptr + after, mask=(window < 31) & (after < n_tokens), other=-1)
+        shared = _same_block(before_loc, loc, num_slots) | _same_block(after_loc, loc, num_slots)
+        if ((loc >= 0) & (loc < num_slots)) & (tl.max(shared.to(tl.int32), axis=0) == 0):
             if PDL:
-                # Let the runs kernel launch now: it waits for this kernel's end before reading its marks.
+                # Let the runs kernel launch now: it reads nothing this kernel writes (their blocks are
+                # disjoint). A call with no lone entry (a prefill) launches it at its end.
                 tl.extra.cuda.gdc_launch_dependents()
             page = loc // PAGE_SIZE
             slot = loc % PAGE_SIZE
             block = slot // 32
             fresh = slot % 32 == 0
-            # Alone: no other of the 31 entries before or after lands in the block.
-            before = entry - 1 - window
-            after = entry + 1 + window
-            before_block = _block_of(tl.load(loc_ptr + before, mask=(window < 31) & (before >= 0), other=-1), num_slots)
-            after_block = _block_of(tl.load(loc_ptr + after, mask=(window < 31) & (after < n_tokens), other=-1), num_slots)
             records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
             scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
-            # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes). Loaded
-            # with the neighbours, before the row is known to be alone (it is unless a neighbour shares its block).
+            # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
             x = tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + head[:, None] * v_stride_h + dim[None, :], mask=ok, other=0.0).to(tl.float32)
             sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
             if WORD > 0:
@@ -565,49 +588,45 @@ def _append_lone_kernel(
                 stored = _x_word_bytes(scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE, dim[None, :], block, ok, WORD)
             else:
                 stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
-            lone = tl.max(((before_block == own_block) | (after_block == own_block)).to(tl.int32), axis=0) == 0
-            if marks:
-                tl.store(lone_ptr + entry, lone.to(tl.uint8))
-            if lone:
-                # A fresh block (its first slot written now) starts over from the smallest exponent.
-                byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
-                byte = tl.maximum(byte_old, _x_exponent(_magnitude_bits(x)) + 127)
-                new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(byte - 127)), mask=ok)
-                grown = (byte > byte_old) & ok
-                if (tl.max(tl.where(ok, byte - byte_old, 0)) > 0) | fresh:    # an integer max: cheaper than a max of booleans
-                    # Only the exponents that grew are written (a fresh block's all); when none did, the byte
-                    # stores (and the layout conversion they need) are skipped.
-                    tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
-                    if ~fresh:
-                        if WORD_RESCALE:
-                            # The block's other slots are rescaled where an exponent grew, 8 slots at a time, as 32-bit
-                            # words of 4 codes (inline PTX, see _rescale_words).
-                            factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
-                            word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
-                            words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
-                            written = (slot % 32).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
-                            words = records.to(tl.pointer_type(tl.int32))
-                            for r in range(0, 32, 8):
-                                row0 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row1 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row2 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row3 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row4 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 4) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row5 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 5) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row6 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 6) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                row7 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 7) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                                _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
-                        else:
-                            # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
-                            factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
-                            written = (slot % 32).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
-                            for r in range(0, 32, 4):
-                                row0 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                                row1 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                                row2 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                                row3 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                                _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
+            # A fresh block (its first slot written now) starts over from the smallest exponent.
+            byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
+            byte = tl.maximum(byte_old, _x_exponent(_magnitude_bits(x)) + 127)
+            new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+            tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(byte - 127)), mask=ok)
+            grown = (byte > byte_old) & ok
+            if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
+                # Only the exponents that grew are written (a fresh block's all); when none did, the byte
+                # stores (and the layout conversion they need) are skipped.
+                tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
+                if ~fresh:
+                    if WORD_RESCALE:
+                        # The block's other slots are rescaled where an exponent grew, 8 slots at a time, as 32-bit
+                        # words of 4 codes (inline PTX, see _rescale_words).
+                        factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
+                        word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
+                        words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
+                        written = (slot % 32).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
+                        words = records.to(tl.pointer_type(tl.int32))
+                        for r in range(0, 32, 8):
+                            row0 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row1 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row2 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row3 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row4 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 4) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row5 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 5) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row6 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 6) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row7 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 7) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
+                    else:
+                        # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
+                        factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
+                        written = (slot % 32).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
+                        for r in range(0, 32, 4):
+                            row0 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                            row1 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                            row2 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                            row3 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                            _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
 
 
         if CHUNKS > 1:
@@ -619,7 +638,7 @@ def _append_lone_kernel(
 @triton.jit
 def _append_runs_kernel(
     v_ptr, v_stride_t, v_stride_h,
-    loc_ptr, lone_ptr, n_tokens, num_slots,
+    loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
@@ -629,7 +648,7 @@ def _append_runs_kernel(
     SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
 ):
     """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
-    COLUMNS value indices per program; the lone entries (marked by _append_lone_kernel) are done.
+    COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
     PRELOAD (big calls, prefill-like): each program's first 32 rows load before its slots arrive.
 
     An entry leads its 32-slot block when none of the 32 entries before it lands in the same
@@ -648,10 +667,18 @@ def _append_runs_kernel(
     loc = tl.load(loc_ptr + entry, mask=entry < n_tokens, other=-1).to(tl.int64)
     own_block = _block_of(loc, num_slots)
     previous = _block_of(tl.load(loc_ptr + entry - 1, mask=(entry >= 1) & (entry <= n_tokens), other=-1), num_slots)
-    if PDL:
-        tl.extra.cuda.gdc_wait()      # launched early (programmatic dependent launch): the lone kernel's writes are visible after this
-    lone = tl.load(lone_ptr + entry, mask=entry < n_tokens, other=0) != 0      # written by the lone kernel
-    candidate = (own_block >= 0) & (previous != own_block) & ~lone
+    following = _block_of(tl.load(loc_ptr + entry + 1, mask=entry + 1 < n_tokens, other=-1), num_slots)
+    # Candidates: run starts (the entry before lands elsewhere) with a later entry in their block (the
+    # next one, or for a run of one entry one of the 30 after it); the others are alone or led.
+    run_start = (own_block >= 0) & (previous != own_block)
+    if PRELOAD:
+        # A big call (prefill-like) reads the later entries only where a run of one entry needs them.
+        later = entry < 0
+        if tl.max((run_start & (following != own_block)).to(tl.int32), axis=0) > 0:
+            later = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)
+    else:
+        later = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)     # with the slots: no second round trip
+    candidate = run_start & ((following == own_block) | later)
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
     rows = v_ptr + head * v_stride_h                 # + entry * stride_t + value index: a new value
@@ -768,6 +795,10 @@ def _append_runs_kernel(
         k = after
 
 
+    if PDL:
+        tl.extra.cuda.gdc_wait()      # launched early (programmatic dependent launch): end after the lone kernel, so later work sees both
+
+
 # Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
 _RESCALE_ROWS = 16
 
@@ -784,9 +815,9 @@ DEPENDENT_LAUNCH = True
 
 def _dependent_launch(device: torch.device) -> bool:
     """Whether the runs kernel is launched as a programmatic dependent of the lone kernel (sm_90 and
-    later; compiled kernels only, never under Triton's interpreter): the lone programs with work let
-    it launch while they run, and it waits for their end before reading the marks. A decode step
-    saves most of the second launch's latency."""
+    later; compiled kernels only, never under Triton's interpreter): the lone programs that find their
+    entry alone let it launch, it runs beside them (their blocks are disjoint, it reads nothing they
+    write) and waits for their end only at its own. A decode step saves most of the second launch."""
     return (DEPENDENT_LAUNCH and isinstance(_append_runs_kernel, triton.runtime.JITFunction) and device.type == "cuda"
             and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
 
@@ -826,9 +857,8 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> 
     if n_tokens == 0:
         return
     knobs = LAUNCH["append"]
-    lone = torch.empty(n_tokens, dtype=torch.uint8, device=loc.device)   # 1 where an entry is alone in its block
     args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
-            loc, lone, n_tokens, num_pages * page_size, *cache)
+            loc, n_tokens, num_pages * page_size, *cache)
     # A big call's lone programs scan several entries each (few of a prefill's entries are alone).
     chunks = _next_pow2(_cdiv(n_tokens, knobs["lone_programs"]))
     columns = min(knobs["lone_columns"], _next_pow2(values))
