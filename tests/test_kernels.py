@@ -257,6 +257,31 @@ def test_append_batch_prefill(name, launch, monkeypatch):
         assert_same_cache(m, cache, cache_ref, f"{name}.append batch step {step}")
 
 
+@pytest.mark.parametrize("name", [n for n in cases("append") if module(n).SINK_SLOT is not None])
+def test_append_skips_sink(name):
+    """The sink slot is never written, and no row counts it as a neighbour: a row beside the sink in
+    its block is still alone (the lone kernel writes it) and never a run's leader (the runs kernel
+    skips it). Then a prefill through the sink's block, which its leader writes around the sink."""
+    m = module(name)
+    gen = generator(21)
+    heads, values, page = dims(m)
+    block = m.SCALE_GROUP_TOKENS
+    sink = m.SINK_SLOT
+    mates = [s for s in range(sink - sink % block, sink - sink % block + block) if s != sink]
+    cache = fresh_cache(m, 4, page, heads, values, gen)
+    cache_ref = clone(m, cache)
+    elsewhere = 2 * page + 5
+    steps = [[sink, elsewhere, -1, mates[0]],            # the sink before its block-mate
+             [mates[1], sink, elsewhere + 1],             # and right after it
+             mates[2:] + [sink]]                           # the rest of the block, the sink among them
+    for i, loc in enumerate(steps):
+        v = scaled_normal((len(loc), heads, values), gen).to(DEVICE)
+        loc = torch.tensor(loc).to(DEVICE)
+        m.append(v, loc, cache, page)
+        m.append_ref(v, loc, cache_ref, page)
+        assert_same_cache(m, cache, cache_ref, f"{name}.append sink step {i}")
+
+
 @pytest.mark.parametrize("name", [n for n in cases("append") if hasattr(module(n), "_word_factors")])
 def test_word_factors_pack_codes_little_endian(name):
     """_word_factors (the sm_90 word rescale's inputs, also checked here where that rescale cannot run):
