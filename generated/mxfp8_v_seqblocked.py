@@ -390,7 +390,7 @@ def _same_block(other, loc, num_slots):
 def _later_member(loc_ptr, entry, loc, n_tokens, num_slots):
     """Whether one of the entries 2 to 31 after each entry lands in its block (`loc`, a slot the call
     writes): one load per lane and offset, from L1."""
-    member = entry < 0
+    member = tl.zeros_like(entry) != 0        # none found yet
     for later in tl.static_range(2, 32):
         member = member | _same_block(tl.load(loc_ptr + entry + later, mask=entry + later < n_tokens, other=-1), loc, num_slots)
     return member
@@ -417,8 +417,9 @@ def _multiplier(exponent):
     [-127, 128]: -127 .. 126 give normal fp32 powers, 127 the subnormal
     2**-127, 128 (a stored 0xFF, an infinite scale) 0, so 0 codes as in the seed."""
     field = _F32_BIAS - exponent                  # the fp32 exponent field of 2**-exponent where it is normal
-    # The larger of the normal bits (negative for 128) and the bits (field + 1) * 2**-127 has (exact
-    # for fields 0 and -1, smaller for every normal field): no select.
+    # One max, no select: for a normal field (> 0) the first term is the power's bits and the second
+    # smaller; for field 0 (2**-127) and -1 (0) the second, (field + 1) * 2**-127, is exact and the
+    # first 0 or negative.
     bits = tl.maximum(field << _F32_MANTISSA_BITS, (field + 1) << (_F32_MANTISSA_BITS - 1))
     return bits.to(tl.float32, bitcast=True)
 
@@ -673,7 +674,7 @@ def _append_runs_kernel(
     run_start = (own_block >= 0) & (previous != own_block)
     if PRELOAD:
         # A big call (prefill-like) reads the later entries only where a run of one entry needs them.
-        later = entry < 0
+        later = tl.zeros_like(entry) != 0
         if tl.max((run_start & (following != own_block)).to(tl.int32), axis=0) > 0:
             later = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)
     else:
