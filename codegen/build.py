@@ -101,7 +101,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
 
 # Default launch shapes (a good middle in the H200 sweeps, bench/RESULTS.md); a spec's `tuning` overrides them per op.
 DEFAULT_LAUNCH = {
-    "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4},
+    "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4, "lane_group": 4},
     "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
     "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},

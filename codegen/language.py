@@ -82,6 +82,8 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "elements": Field(Int(minimum=32), "values one program handles per step (a power of two); sets tokens per program", None),
     "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
+    "lane_group": Field(Int(minimum=1), "gather_dequant: (plane, head) lanes whose programs run side by side, token block "
+                        "by token block (at most this many: the largest divisor of the lanes)", None),
     "columns": Field(Int(minimum=1), "append: value indices per program of blocks with several new rows (a power of two)", None),
     "entries": Field(Int(minimum=1), "append: loc entries per program of blocks with several new rows (a power of two)", None),
     "lone_heads": Field(Int(minimum=1), "append: heads per tile of rows alone in their block (a power of two; the "

@@ -46,7 +46,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
-    "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+    "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4},
     "quantize_store": {'elements': 16384, 'block_tokens': None, 'num_warps': 4},
     "quantize": {'elements': 16384, 'block_tokens': None, 'num_warps': 4},
     "dequantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
@@ -226,6 +226,12 @@ def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
     return _prev_pow2(max(1, rows * lanes // sms))
 
 
+def _lane_group(lanes: int, most: int) -> int:
+    """The largest divisor of `lanes` (planes x heads) that is at most `most`: the lanes of a gather
+    whose programs run side by side (see _gather_dequant_kernel)."""
+    return max(d for d in range(1, min(lanes, most) + 1) if lanes % d == 0)
+
+
 @functools.lru_cache(maxsize=256)
 def _launch(op: str, values: int, cap: int = 64) -> dict:
     """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
@@ -311,9 +317,10 @@ def _nope_store(addr, exponent, mask):
 
 
 @triton.jit
-def _nope_load(addr, mask):
-    """Read scales of group nope as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 0.0); masked-off lanes read 0."""
-    return _nope_from_bytes(tl.load(addr, mask=mask, other=0).to(tl.int32), mask)
+def _nope_load(addr, mask, EVICTION: tl.constexpr):
+    """Read scales of group nope as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 0.0); masked-off lanes read 0.
+    EVICTION: the loads' cache eviction policy ("" for the default, or "evict_last")."""
+    return _nope_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask)
 
 
 @triton.jit
@@ -349,8 +356,9 @@ def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_ro
 
 @triton.jit
 def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr):
-    """nope: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (rows not row_ok read as 0)."""
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, SCALE_EVICTION: tl.constexpr):
+    """nope: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (rows not row_ok read as 0).
+    SCALE_EVICTION: the scale loads' cache eviction policy (see _nope_load)."""
     lane = tl.arange(0, 64)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
     RUN: tl.constexpr = STORE_VEC                                      # contiguous codes claimed
@@ -363,7 +371,7 @@ def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row,
         # whole run) gives their load the store's layout, so no tile moves through shared memory between them.
         codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (0 + index), [1, 1, RUN])
         codes = tl.load(codes_at, mask=read[:, :, None], other=0)
-        scale = _nope_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read)
+        scale = _nope_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
         x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
@@ -399,7 +407,7 @@ def _gather_dequant_kernel(
     k_cache_ptr,
     token_ids_ptr, n_tokens, num_slots,
     k_out_ptr, k_out_stride_t, k_out_stride_h,
-    BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
+    BLOCK_T: tl.constexpr, LANE_GROUP: tl.constexpr, CANON_NAN: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -408,9 +416,18 @@ def _gather_dequant_kernel(
     CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T token ids of one (plane, head) per program: read each slot's record and scales, write values."""
-    token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    head = tl.program_id(1) % HEADS
+    """BLOCK_T token ids of one (plane, head) lane per program: read each slot's record and scales, write values.
+
+    Programs go LANE_GROUP lanes at a time (a divisor of the lanes, planes x heads; grid axis 1 is the
+    group): within a group the lanes of one token block are adjacent, then the next token block. So
+    running programs read neighbouring bytes of the same records (one page's, on page tables), and
+    the scales of only a group's lanes are in use at once: loaded with evict_last, they stay in L2
+    for the next tokens of their page (random ids) instead of being evicted by the streamed codes
+    and values.
+    """
+    lane = tl.program_id(1) * LANE_GROUP + tl.program_id(0) % LANE_GROUP
+    token = tl.program_id(0) // LANE_GROUP * BLOCK_T + tl.arange(0, BLOCK_T)
+    head = lane % HEADS
     in_range = token < n_tokens
     loc = tl.load(token_ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative ids and ids past the cache read as zeros.
@@ -426,7 +443,7 @@ def _gather_dequant_kernel(
     sc_row = page * CACHE_PAGE_BYTES + CACHE_NOPE_OFFSET + slot * CACHE_NOPE_SLOT_STRIDE + head * CACHE_NOPE_HEAD_STRIDE
     _dequantize_nope(records, rec_row, scales, sc_row, ok, k_out_ptr, out_row, in_range,
         SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
-        CANON_NAN=CANON_NAN)
+        CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last")
     # rope: raw copy
     _load_rope(records, rec_row, ok, k_out_ptr, out_row, in_range)
 
@@ -443,12 +460,14 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     n_tokens = token_ids.shape[0]
     if n_tokens == 0:
         return outs[0] if len(PLANES) == 1 else outs
-    launch = _launch("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, len(PLANES) * geo["HEADS"], token_ids.device))
-    grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * geo["HEADS"])
+    lanes = len(PLANES) * geo["HEADS"]
+    launch = _launch("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, lanes, token_ids.device))
+    group = _lane_group(lanes, LAUNCH["gather_dequant"]["lane_group"])
+    grid = (_cdiv(n_tokens, launch["BLOCK_T"]) * group, lanes // group)
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        CANON_NAN=outs[0].dtype == torch.float32, **launch, **geo)
+        LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
 
 
@@ -605,7 +624,8 @@ def _dequantize_kernel(
     sc_row = row * DENSE_SCALE_BYTES
     out_row = row * VALUES
     _dequantize_nope(records, rec_row, scales, sc_row + NOPE_DENSE_COLUMN, ok, out_ptr, out_row, ok,
-        SC_STRIDE=1, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK, CANON_NAN=CANON_NAN)
+        SC_STRIDE=1, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK, CANON_NAN=CANON_NAN,
+        SCALE_EVICTION="")
     _load_rope(records, rec_row, ok, out_ptr, out_row, ok)
 
 

@@ -84,6 +84,33 @@ def test_gather_dequant(name, out_dtype):
         assert_same_bytes(a, b, f"{name}.gather_dequant default out")
 
 
+@pytest.mark.parametrize("most", [1, 2, 4, 8])
+@pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if len(module(n).PLANES) * dims(module(n))[0] > 1])
+def test_gather_dequant_lane_groups(name, most):
+    """Every grouping of a gather's (plane, head) lanes (lane_group: at most `most` side by side, the
+    largest divisor of the lanes) reads every lane of every token block once: a partial last block,
+    skipped ids, poisoned destinations."""
+    m = module(name)
+    gen = generator(12)
+    heads, values, page = dims(m)
+    lanes = len(m.PLANES) * heads
+    group = m._lane_group(lanes, most)
+    assert lanes % group == 0 and group <= most and all(lanes % d for d in range(group + 1, most + 1))
+    num_pages = 5
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    ids = torch.randint(-2, num_pages * page + 2, (203,), generator=gen).to(DEVICE)
+    outs = [random_bytes(torch.empty(203, heads, values, dtype=torch.bfloat16, device=DEVICE), gen) for _ in m.PLANES]
+    saved = m.LAUNCH["gather_dequant"]
+    m.LAUNCH["gather_dequant"] = {**saved, "lane_group": most}
+    try:
+        got = m.gather_dequant(cache, ids, page, out=tuple(outs) if len(outs) > 1 else outs[0])
+    finally:
+        m.LAUNCH["gather_dequant"] = saved
+    want = m.gather_dequant_ref(cache, ids, page)
+    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+        assert_same_bytes(a, b, f"{name}.gather_dequant, lane groups of {group}")
+
+
 @pytest.mark.parametrize("src_dtype", SOURCE_DTYPES, ids=str)
 @pytest.mark.parametrize("name", cases("quantize_store"))
 def test_quantize_store(name, src_dtype):
