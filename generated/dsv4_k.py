@@ -311,9 +311,10 @@ def _nope_exponent(amax_bits):
 
 
 @triton.jit
-def _nope_store(addr, exponent, mask):
-    """Write scales of group nope at byte addresses `addr` (ue8m0)."""
-    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask)
+def _nope_store(addr, exponent, mask, EVICTION: tl.constexpr):
+    """Write scales of group nope at byte addresses `addr` (ue8m0).
+    EVICTION: the stores' cache eviction policy ("" for the default, or "evict_last")."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask, eviction_policy=EVICTION)
 
 
 @triton.jit
@@ -332,10 +333,11 @@ def _nope_from_bytes(byte, mask):
 
 @triton.jit
 def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr):
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr):
     """nope: values 0.. of each row -> fp8_e4m3fn at record byte 0; one ue8m0 scale per 64.
 
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
+    SCALE_EVICTION: the scale stores' cache eviction policy (see _nope_store).
     """
     lane = tl.arange(0, 64)
     for first in range(0, TILES, CHUNK):
@@ -351,7 +353,7 @@ def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_ro
         q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
         codes = _encode_fp8_e4m3fn(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        _nope_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok)
+        _nope_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
 
 
 @triton.jit
@@ -522,7 +524,8 @@ def _quantize_store_kernel(
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_NOPE_OFFSET + slot * CACHE_NOPE_SLOT_STRIDE + head * CACHE_NOPE_HEAD_STRIDE
     _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
-        SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK)
+        SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
+        SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
     # rope: raw copy
     _store_rope(k_ptr, x_row, in_range, ok, records, rec_row)
 
@@ -569,7 +572,7 @@ def _quantize_kernel(
     scales = scale_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = row * DENSE_SCALE_BYTES
     _quantize_nope(x_ptr, x_row, ok, ok, records, rec_row, scales, sc_row + NOPE_DENSE_COLUMN,
-        SC_STRIDE=1, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK)
+        SC_STRIDE=1, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK, SCALE_EVICTION="")
     _store_rope(x_ptr, x_row, ok, ok, records, rec_row)
 
 

@@ -320,9 +320,10 @@ def _x_exponent(amax_bits):
 
 
 @triton.jit
-def _x_store(addr, exponent, mask):
-    """Write scales of group x at byte addresses `addr` (ue8m0)."""
-    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask)
+def _x_store(addr, exponent, mask, EVICTION: tl.constexpr):
+    """Write scales of group x at byte addresses `addr` (ue8m0).
+    EVICTION: the stores' cache eviction policy ("" for the default, or "evict_last")."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask, eviction_policy=EVICTION)
 
 
 @triton.jit
@@ -342,10 +343,11 @@ def _x_from_bytes(byte, mask):
 
 @triton.jit
 def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr):
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr):
     """x: values 0.. of each row -> fp8_e4m3fn at record byte 0; one ue8m0 scale per 32.
 
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
+    SCALE_EVICTION: the scale stores' cache eviction policy (see _x_store).
     """
     lane = tl.arange(0, 32)
     for first in range(0, TILES, CHUNK):
@@ -361,7 +363,7 @@ def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
         q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
         codes = _encode_fp8_e4m3fn(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        _x_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok)
+        _x_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
 
 
 @triton.jit
@@ -423,7 +425,8 @@ def _quantize_store_kernel(
         scales = k_sf_ptr.to(tl.pointer_type(tl.uint8))
         sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + (slot % 32) * SF_X_SLOT_MOD32_STRIDE + (slot // 32) * SF_X_SLOT_DIV32_STRIDE
         _quantize_x(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
-            SC_STRIDE=SF_X_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK)
+            SC_STRIDE=SF_X_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
+            SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
     if plane == 1:
         x_row = token.to(tl.int64) * v_stride_t + head * v_stride_h
@@ -433,7 +436,8 @@ def _quantize_store_kernel(
         scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
         sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + (slot % 32) * SF_X_SLOT_MOD32_STRIDE + (slot // 32) * SF_X_SLOT_DIV32_STRIDE
         _quantize_x(v_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
-            SC_STRIDE=SF_X_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK)
+            SC_STRIDE=SF_X_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
+            SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 
 def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
@@ -582,7 +586,7 @@ def _quantize_kernel(
     scales = scale_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = row * DENSE_SCALE_BYTES
     _quantize_x(x_ptr, x_row, ok, ok, records, rec_row, scales, sc_row + X_DENSE_COLUMN,
-        SC_STRIDE=1, TILES=X_TILES, CHUNK=X_CHUNK)
+        SC_STRIDE=1, TILES=X_TILES, CHUNK=X_CHUNK, SCALE_EVICTION="")
 
 
 def quantize(x: torch.Tensor):
