@@ -101,12 +101,14 @@ def build_layout(tree, display: str, digest: str) -> Layout:
 
 # Default launch shapes (a good middle in the H200 sweeps, bench/RESULTS.md); a spec's `tuning` overrides them per op.
 DEFAULT_LAUNCH = {
-    "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4, "lane_group": 4},
-    "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4},
-    "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
-    "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4},
+    "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4, "lane_group": 4,
+                       "dependent_launch": False, "early_release": False},
+    "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
+    "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
+    "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
     "append": {"columns": 128, "entries": 32, "num_warps": 1,
-               "lone_heads": 8, "lone_columns": 128, "lone_warps": 2, "lone_programs": 2048},
+               "lone_heads": 8, "lone_columns": 128, "lone_warps": 2, "lone_programs": 2048,
+               "dependent_launch": True, "early_release": True},
 }
 POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries", "lone_heads", "lone_columns")
 

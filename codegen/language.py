@@ -5,7 +5,7 @@ This table is the single source of truth: ``build`` validates specs against it, 
 """
 from __future__ import annotations
 
-from .schema import Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
+from .schema import Bool, Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
 
 IDENT = r"[a-z][a-z0-9_]*"
 ANY = Str(enum=("any",))
@@ -92,6 +92,11 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "lone_warps": Field(Int(minimum=1, maximum=32), "append: warps per program of rows alone in their block", None),
     "lone_programs": Field(Int(minimum=1), "append: a call's entries are scanned for lone rows by at most this many "
                            "programs per head tile (more entries per program in big calls)", None),
+    "dependent_launch": Field(Bool(), "on sm_90+: launch the op (append: its first kernel) as a programmatic dependent of "
+                              "the stream's previous kernel, which waits for that kernel's end before touching memory; "
+                              "a call's pdl= argument overrides it", None),
+    "early_release": Field(Bool(), "with dependent_launch: let the stream's next kernel launch at the op's start (append: "
+                           "its second kernel's) instead of its end; that kernel still waits for this one's end", None),
 })
 TUNING = MapOf(LAUNCH, key_pattern="|".join(OPS))
 

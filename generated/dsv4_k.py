@@ -46,10 +46,10 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
-    "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4},
-    "quantize_store": {'elements': 16384, 'block_tokens': None, 'num_warps': 4},
-    "quantize": {'elements': 16384, 'block_tokens': None, 'num_warps': 4},
-    "dequantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4},
+    "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4, 'dependent_launch': False, 'early_release': False},
+    "quantize_store": {'elements': 16384, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
+    "quantize": {'elements': 16384, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
+    "dequantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
 }
 
 
@@ -246,6 +246,36 @@ def _launch(op: str, values: int, cap: int = 64) -> dict:
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _compute_capability(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+# Set to False to launch every kernel plainly (a driver or graph runtime without programmatic
+# dependent launch); the bytes written are the same either way.
+DEPENDENT_LAUNCH = True
+
+
+def _dependent_launch(device: torch.device) -> bool:
+    """Whether kernels can launch as programmatic dependents of the stream's previous kernel (sm_90
+    and later; compiled kernels only, never under Triton's interpreter). Such a kernel's programs may
+    be scheduled while the previous kernel still runs; each waits for its end (and its writes) before
+    its first memory access (_wait_for_previous), so the bytes are those of a plain launch."""
+    return (DEPENDENT_LAUNCH and isinstance(_wait_for_previous, triton.runtime.JITFunction) and device.type == "cuda"
+            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
+
+
+def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
+    """An op's launch arguments for its place in the stream. PDL: launched as a programmatic dependent
+    of the previous kernel (see _dependent_launch), as `pdl` says, else as the op's dependent_launch
+    knob does. EARLY_RELEASE (the op's early_release knob, with PDL): it lets the stream's next kernel
+    launch at its own start. Both pay off in a stream of such kernels (the next one's launch overlaps
+    this one); next to plain launches the H200 took about 0.5 us more per call (bench/RESULTS.md)."""
+    knobs = LAUNCH[op]
+    on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
+    return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
+
+
 # --- Triton building blocks -----------------------------------------------------------------------
 _F32_INF_BITS = tl.constexpr(0x7F800000)
 _F32_CANONICAL_NAN_BITS = tl.constexpr(0x7FFFFFFF)   # the NaN the GPU's fp32 arithmetic produces
@@ -254,6 +284,17 @@ _F32_MANTISSA_BITS = tl.constexpr(23)
 _F32_BIAS = tl.constexpr(127)
 _F32_SMALLEST_SUBNORMAL_EXP = tl.constexpr(-149)
 _F32_2POW_MINUS_127_BITS = tl.constexpr(0x400000)    # 2**-127, the subnormal ue8m0 byte 0x00 means
+
+
+@triton.jit
+def _wait_for_previous(PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr):
+    """A kernel's first step. PDL (a programmatic dependent launch, see _dependent_launch): wait for
+    the stream's previous kernel to end and its writes to show, before any memory access. Before
+    that, EARLY_RELEASE lets the stream's next kernel launch (it waits likewise for this one's end)."""
+    if PDL:
+        if EARLY_RELEASE:
+            tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
 
 
 @triton.jit
@@ -409,7 +450,7 @@ def _gather_dequant_kernel(
     k_cache_ptr,
     token_ids_ptr, n_tokens, num_slots,
     k_out_ptr, k_out_stride_t, k_out_stride_h,
-    BLOCK_T: tl.constexpr, LANE_GROUP: tl.constexpr, CANON_NAN: tl.constexpr,
+    BLOCK_T: tl.constexpr, LANE_GROUP: tl.constexpr, CANON_NAN: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -427,6 +468,7 @@ def _gather_dequant_kernel(
     for the next tokens of their page (random ids) instead of being evicted by the streamed codes
     and values.
     """
+    _wait_for_previous(PDL, EARLY_RELEASE)
     lane = tl.program_id(1) * LANE_GROUP + tl.program_id(0) % LANE_GROUP
     token = tl.program_id(0) // LANE_GROUP * BLOCK_T + tl.arange(0, BLOCK_T)
     head = lane % HEADS
@@ -450,13 +492,15 @@ def _gather_dequant_kernel(
     _load_rope(records, rec_row, ok, k_out_ptr, out_row, in_range)
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
     out: optional destination (T, heads, values) bf16/fp16/fp32 with a contiguous
         last dim; any other strides (e.g. a slice of a workspace) are fine.
     Returns the tensor, bf16 unless `out` says otherwise.
+    pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
+        None: the spec's `dependent_launch` knob.
     """
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     n_tokens = token_ids.shape[0]
@@ -469,7 +513,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     _gather_dequant_kernel[grid](
         *cache, token_ids, n_tokens, num_pages * page_size,
         *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **launch, **geo)
+        LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **_chain("gather_dequant", token_ids.device, pdl), **launch, **geo)
     return outs[0] if len(PLANES) == 1 else outs
 
 
@@ -498,7 +542,7 @@ def _quantize_store_kernel(
     k_ptr, k_stride_t, k_stride_h,
     loc_ptr, n_tokens, num_slots,
     k_cache_ptr,
-    BLOCK_T: tl.constexpr,
+    BLOCK_T: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -508,6 +552,7 @@ def _quantize_store_kernel(
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
+    _wait_for_previous(PDL, EARLY_RELEASE)
     token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     head = tl.program_id(1) % HEADS
     in_range = token < n_tokens
@@ -530,7 +575,8 @@ def _quantize_store_kernel(
     _store_rope(k_ptr, x_row, in_range, ok, records, rec_row)
 
 
-def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
+def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
+                   pdl: bool | None = None) -> None:
     """Quantize k and scatter them into `cache` at slots `loc` (one fused launch).
 
     k: (T, heads, values) or (T, heads * values) bf16/fp16/fp32, last dim contiguous.
@@ -538,6 +584,8 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
         the cache are skipped. Duplicate slots: one of the tokens wins.
     cache: a Cache of this layout; page_size: tokens per page.
     Fixed grid, no host sync: CUDA-graph capturable.
+    pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
+        None: the spec's `dependent_launch` knob.
     """
     srcs, geo, num_pages = _prepare_store((k,), loc, cache, page_size)
     n_tokens, heads, values = srcs[0].shape
@@ -548,13 +596,13 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     _quantize_store_kernel[grid](
         *(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
         loc, n_tokens, num_pages * page_size, *cache,
-        **launch, **geo)
+        **_chain("quantize_store", loc.device, pdl), **launch, **geo)
 
 
 @triton.jit
 def _quantize_kernel(
     x_ptr, x_stride, n_rows, data_ptr, scale_ptr,
-    BLOCK_T: tl.constexpr,
+    BLOCK_T: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -564,6 +612,7 @@ def _quantize_kernel(
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each row of VALUES values becomes one record plus its scales."""
+    _wait_for_previous(PDL, EARLY_RELEASE)
     row = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     ok = row < n_rows
     x_row = row * x_stride
@@ -576,11 +625,13 @@ def _quantize_kernel(
     _store_rope(x_ptr, x_row, ok, ok, records, rec_row)
 
 
-def quantize(x: torch.Tensor):
+def quantize(x: torch.Tensor, *, pdl: bool | None = None):
     """Quantize rows of `x` (..., 512) bf16/fp16/fp32 into this layout's record form.
 
     Returns (data, scale): data (..., 576) uint8 holds each row's record exactly as the
     cache stores it; scale (..., 7) uint8 its scales (no padding).
+    pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
+        None: the spec's `dependent_launch` knob.
     """
     x2, lead, geo = _prepare_quantize(x)
     n_rows = x2.shape[0]
@@ -589,7 +640,7 @@ def quantize(x: torch.Tensor):
     if n_rows:
         launch = _launch("quantize", geo["VALUES"], _rows_cap(n_rows, 1, x.device))
         grid = (_cdiv(n_rows, launch["BLOCK_T"]),)
-        _quantize_kernel[grid](x2, x2.stride(0), n_rows, data, scale, **launch, **geo)
+        _quantize_kernel[grid](x2, x2.stride(0), n_rows, data, scale, **_chain("quantize", x.device, pdl), **launch, **geo)
     return data.view(*lead, geo["RECORD_BYTES"]), scale.view(*lead, geo["DENSE_SCALES"])
 
 
@@ -609,7 +660,7 @@ def _prepare_quantize(x) -> tuple:
 @triton.jit
 def _dequantize_kernel(
     data_ptr, scale_ptr, n_rows, out_ptr,
-    BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr,
+    BLOCK_T: tl.constexpr, CANON_NAN: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -619,6 +670,7 @@ def _dequantize_kernel(
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each record and its scales become VALUES values."""
+    _wait_for_previous(PDL, EARLY_RELEASE)
     row = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     ok = row < n_rows
     records = data_ptr.to(tl.pointer_type(tl.uint8))
@@ -632,10 +684,13 @@ def _dequantize_kernel(
     _load_rope(records, rec_row, ok, out_ptr, out_row, ok)
 
 
-def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
+               pdl: bool | None = None) -> torch.Tensor:
     """Inverse of quantize: data (..., 576) and scale (..., 7) -> (..., 512) out_dtype.
 
     data may be uint8 or any 1-byte view of it; scale uint8 or any 1-byte view (e.g. float8_e8m0fnu).
+    pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
+        None: the spec's `dependent_launch` knob.
     """
     data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     n_rows, values = data2.shape[0], geo["VALUES"]
@@ -643,7 +698,8 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
     if n_rows:
         launch = _launch("dequantize", values, _rows_cap(n_rows, 1, data.device))
         grid = (_cdiv(n_rows, launch["BLOCK_T"]),)
-        _dequantize_kernel[grid](data2, scale2, n_rows, out, CANON_NAN=out_dtype == torch.float32, **launch, **geo)
+        _dequantize_kernel[grid](data2, scale2, n_rows, out, CANON_NAN=out_dtype == torch.float32,
+                                 **_chain("dequantize", data.device, pdl), **launch, **geo)
     return out.view(*lead, values)
 
 

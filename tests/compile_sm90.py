@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.layouts import LAYOUTS, module  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
+LAUNCH_OPTIONS = {"num_warps", "num_stages", "launch_pdl"}   # launch keywords that are not kernel arguments
 
 
 def ptxas_path() -> str:
@@ -69,6 +70,9 @@ class Recorder:
 def signature(fn, args, kwargs):
     """Types, constexprs and alignment attributes of one call, specialized as Triton's JIT does
     (ints equal to 1 become constexprs; pointers and ints divisible by 16 are marked so)."""
+    unknown = set(kwargs) - set(fn.arg_names) - LAUNCH_OPTIONS
+    if unknown:   # the GPU's launcher refuses them (the interpreter does not check)
+        raise TypeError(f"{fn.__name__}: unknown keyword arguments {sorted(unknown)}")
     sig, constexprs, attrs = {}, {}, {}
     values = dict(zip(fn.arg_names, args), **{k: v for k, v in kwargs.items() if k in fn.arg_names})
     for i, p in enumerate(fn.params):
@@ -120,10 +124,14 @@ def calls_for(m, heads, values, page):
             m.append(*([x] * len(m.PLANES)), loc, cache, page)
         finally:
             m.LAUNCH["append"] = knobs
-    # and the other ops as a call too small to fill a GPU runs them: one row per program (see _rows_cap)
+    # and the other ops as a call too small to fill a GPU runs them on sm_90: one row per program (see
+    # _rows_cap), each kernel a programmatic dependent launch that releases the next one early (_chain)
+    chained = {op: {**knobs, "dependent_launch": True, "early_release": True} for op, knobs in m.LAUNCH.items()}
     for cap in (None, lambda *args: 1):
-        saved = m._rows_cap
-        m._rows_cap = cap or saved
+        saved = m._rows_cap, m._dependent_launch, m.LAUNCH
+        m._rows_cap = cap or saved[0]
+        m._dependent_launch = (lambda *args: True) if cap else saved[1]
+        m.LAUNCH = chained if cap else saved[2]
         try:
             if cap and "quantize_store" in m.OPS:
                 m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
@@ -134,7 +142,7 @@ def calls_for(m, heads, values, page):
                 m.quantize(x)
                 m.dequantize(data, scale)
         finally:
-            m._rows_cap = saved
+            m._rows_cap, m._dependent_launch, m.LAUNCH = saved
     return calls
 
 
@@ -147,10 +155,10 @@ def main() -> int:
             shapes |= {(m.HEADS or 8, m.VALUES or 128, blocks * m.SCALE_GROUP_TOKENS) for blocks in (4, 8)}
         for heads, values, page in sorted(shapes):
             for fn, args, kwargs in calls_for(m, heads, values, page):
-                sig, constexprs, attrs = signature(fn, args, kwargs)
                 options = {"num_warps": kwargs.get("num_warps", 4)}
                 record = {"layout": name, "kernel": fn.__name__, "heads": heads, "values": values, "page": page}
                 try:
+                    sig, constexprs, attrs = signature(fn, args, kwargs)
                     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                                               target=TARGET, options=options)
                     record.update(ok=bool(compiled.asm["cubin"]), **resource_usage(compiled.asm["ptx"]))

@@ -7,7 +7,7 @@ so any byte a kernel fails to write (or writes where it should not) shows up.
 import pytest
 import torch
 
-from tests.conftest import DEVICE
+from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import (assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
                            unique_slots)
@@ -386,3 +386,76 @@ def test_rows_cap_gives_every_sm_a_program(name, monkeypatch):
     assert m._rows_cap(100, 1, gpu) == 1
     assert m._rows_cap(2048, 1, torch.device("cpu")) == 64
     assert m._launch("gather_dequant", 128, 1)["BLOCK_T"] == 1
+
+
+@pytest.mark.skipif(not ON_GPU, reason="calls overlap only on a GPU (the interpreter runs them one by one)")
+@pytest.mark.parametrize("name", cases("gather_dequant"))
+def test_chained_calls_see_each_other(name, monkeypatch):
+    """Decode steps back to back on one stream with no sync between: each step writes one row per
+    sequence (quantize_store or append), a gather reads them back at once, and quantize's records go
+    straight into dequantize. Every call is a programmatic dependent launch (pdl=True; sm_90+) and
+    every op lets the next kernel launch at its own start (early_release), so each kernel's programs
+    may be scheduled while the one before still runs: each must still see all of its predecessor's
+    bytes. Run eagerly, then replayed from a CUDA graph, against the references."""
+    m = module(name)
+    for op in m.OPS:
+        monkeypatch.setitem(m.LAUNCH, op, {**m.LAUNCH[op], "early_release": True})
+    gen = generator(21)
+    heads, values, page = dims(m)
+    sequences, steps = 256, 6
+    num_pages = sequences + 1                      # page 0 unused: the sink, if any, is never a step's slot
+    base = (torch.randperm(sequences, generator=gen) + 1) * page
+    locs = [(base + i).to(DEVICE) for i in range(steps)]
+    rows = [[source_rows(m, sequences, heads, values, torch.bfloat16, gen) for _ in m.PLANES] for _ in range(steps)]
+    dense = [source_rows(m, sequences, 1, m.VALUES or 96, torch.bfloat16, gen)[:, 0] for _ in range(steps)]
+    write, write_ref = ((m.quantize_store, m.quantize_store_ref) if "quantize_store" in m.OPS
+                        else (m.append, m.append_ref))
+    start = fresh_cache(m, num_pages, page, heads, values, gen)
+
+    def as_tuple(x):
+        return x if isinstance(x, tuple) else (x,)
+
+    # the references, step by step: each step's gathered planes, then (dense ops) its dequantized rows
+    cache_ref = clone(m, start)
+    want = []
+    for i in range(steps):
+        write_ref(*rows[i], locs[i], cache_ref, page)
+        want.append(as_tuple(m.gather_dequant_ref(cache_ref, locs[i], page)))
+        if "quantize" in m.OPS:
+            want[-1] += (m.dequantize_ref(*m.quantize_ref(dense[i])),)
+
+    cache = clone(m, start)
+    gathered, dequantized = [], []
+
+    def chain(first_call: bool):
+        for i in range(steps):
+            write(*rows[i], locs[i], cache, page, pdl=True)
+            if first_call:
+                gathered.append(m.gather_dequant(cache, locs[i], page, pdl=True))
+            else:
+                m.gather_dequant(cache, locs[i], page, out=gathered[i], pdl=True)
+            if "quantize" in m.OPS:
+                back = m.dequantize(*m.quantize(dense[i], pdl=True), pdl=True)
+                if first_call:
+                    dequantized.append(back)
+                else:
+                    dequantized[i].copy_(back)
+
+    chain(first_call=True)
+    torch.cuda.synchronize()
+    for how in ("eager", "graph"):
+        for i in range(steps):
+            got = as_tuple(gathered[i]) + ((dequantized[i],) if dequantized else ())
+            for j, (a, b) in enumerate(zip(got, want[i], strict=True)):
+                assert_same_bytes(a, b, f"{name}: {how} chain, step {i}, output {j}")
+        assert_same_cache(m, cache, cache_ref, f"{name}: {how} chain, the cache")
+        if how == "eager":
+            for t, s in zip(cache, start):
+                t.copy_(s)
+            for o in [t for g in gathered for t in as_tuple(g)] + dequantized:
+                random_bytes(o, gen)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                chain(first_call=False)
+            graph.replay()
+            torch.cuda.synchronize()
