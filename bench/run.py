@@ -19,7 +19,9 @@ block of tokens once per distinct block; an append reads and writes its exponent
 small sizes, and appends of every size, also report the per-call time of 100 calls replayed from one
 CUDA graph, and their GB/s and % of copy come from that GPU time: a small call's eager time is
 mostly Python's launch overhead, and an append's eager time includes the gap before its second
-kernel's launch whenever the host is slower than the GPU.
+kernel's launch whenever the host is slower than the GPU. Small sizes also report that graph time
+with the op's dependent_launch knob on ("pdl us": each call a programmatic dependent launch of the
+one before, sm_90+).
 
     python -m bench.run [--quick] [--json PATH] [--only LAYOUT[.OP]]
 """
@@ -71,6 +73,7 @@ class Result:
     pct_copy: float
     graph_us: float | None
     working_set_mb: float
+    pdl_graph_us: float | None = None    # small calls: graph_us with every call a programmatic dependent launch
 
 
 def device_copy_gbps() -> float:
@@ -300,7 +303,19 @@ def measure(case: Case, copy_gbps: float) -> Result:
     # Where there is a graph time the rate is the GPU time's (eager: launch overhead, host gaps).
     gbps = case.bytes / (graph / 1e3 if graph else ms) / 1e6
     return Result(case.layout, case.op, case.scenario, case.size, ms * 1e3, gbps, 100 * gbps / copy_gbps,
-                  graph, case.working_set / 2 ** 20)
+                  graph, case.working_set / 2 ** 20, pdl_graph_us(case) if case.small else None)
+
+
+def pdl_graph_us(case: Case) -> float:
+    """The graph time of a small call with the op's dependent_launch knob on: a stream of calls that
+    are programmatic dependent launches, each one's launch overlapping the previous call (sm_90+)."""
+    m = importlib.import_module(f"generated.{case.layout}")
+    saved = m.LAUNCH[case.op]
+    m.LAUNCH[case.op] = {**saved, "dependent_launch": True}
+    try:
+        return graph_us(case.fn) - (graph_us(case.baseline) if case.baseline else 0.0)
+    finally:
+        m.LAUNCH[case.op] = saved
 
 
 @triton.jit
@@ -359,11 +374,13 @@ def sweep(cases, copy_gbps: float) -> str:
 
 def table(results, copy_gbps: float) -> str:
     lines = [f"device copy: {copy_gbps:.0f} GB/s (read + write, 1 GiB)",
-             f"{'layout':<19} {'op':<15} {'scenario':<8} {'size':<26} {'us':>9} {'graph us':>9} {'GB/s':>7} {'% copy':>7}"]
+             f"{'layout':<19} {'op':<15} {'scenario':<8} {'size':<26} {'us':>9} {'graph us':>9} {'GB/s':>7} {'% copy':>7}"
+             f" {'pdl us':>7}"]
     for r in results:
         g = f"{r.graph_us:9.2f}" if r.graph_us is not None else " " * 9
+        pdl = f" {r.pdl_graph_us:7.2f}" if r.pdl_graph_us is not None else ""
         lines.append(f"{r.layout:<19} {r.op:<15} {r.scenario:<8} {r.size:<26} {r.us:9.1f} {g} {r.gbps:7.0f} "
-                     f"{r.pct_copy:6.1f}%")
+                     f"{r.pct_copy:6.1f}%{pdl}")
     return "\n".join(lines)
 
 
