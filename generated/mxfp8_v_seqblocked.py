@@ -853,8 +853,11 @@ def _append_runs_kernel(
         k = after
 
 
-    if PDL:
-        tl.extra.cuda.gdc_wait()      # launched early (programmatic dependent launch): end after the lone kernel, so later work sees both
+    if PDL & (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+        # Launched early (programmatic dependent launch): the grid ends after the lone kernel, so later
+        # work sees both. One program waiting is enough (a grid ends with its last program); the
+        # others end now and free their SM slots for the next kernel's programs.
+        tl.extra.cuda.gdc_wait()
 
 
 # Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
