@@ -182,7 +182,7 @@ def test_append(name, launch, pages, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
     Three launch shapes: lone rows two heads (of 3) and half the value indices per tile; one lone
     program scanning a whole call; blocks with several rows 16 entries per program, split columns,
-    and (on a GPU of sm_90+) the second kernel launched plainly, not as a dependent launch, and grown
+    and (on a GPU of sm_90+) both kernels launched plainly, not as dependent launches, and grown
     blocks rescaled code by code, not as words with inline PTX.
     Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
     2, 4 and 8 bytes where the layout keeps them adjacent."""
