@@ -92,6 +92,11 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "lone_warps": Field(Int(minimum=1, maximum=32), "append: warps per program of rows alone in their block", None),
     "lone_programs": Field(Int(minimum=1), "append: a call's entries are scanned for lone rows by at most this many "
                            "programs per head tile (more entries per program in big calls)", None),
+    "lone_registers": Field(OneOf((Int(minimum=16, maximum=255), Null())),
+                            "append: the most registers per thread of a program of rows alone in their block when it "
+                            "takes one entry (calls of up to lone_programs entries, a decode step's), so that more of "
+                            "them fit an SM at once; null: the compiler's choice. Programs scanning several entries "
+                            "are never capped", None),
     "dependent_launch": Field(Bool(), "on sm_90+: launch the op (append: its first kernel) as a programmatic dependent of "
                               "the stream's previous kernel, which waits for that kernel's end before touching memory; "
                               "a call's pdl= argument overrides it", None),

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.layouts import LAYOUTS, module  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-LAUNCH_OPTIONS = {"num_warps", "num_stages", "launch_pdl"}   # launch keywords that are not kernel arguments
+LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg", "launch_pdl"}   # launch keywords that are not kernel arguments
 
 
 def ptxas_path() -> str:
@@ -155,13 +155,15 @@ def main() -> int:
             shapes |= {(m.HEADS or 8, m.VALUES or 128, blocks * m.SCALE_GROUP_TOKENS) for blocks in (4, 8)}
         for heads, values, page in sorted(shapes):
             for fn, args, kwargs in calls_for(m, heads, values, page):
-                options = {"num_warps": kwargs.get("num_warps", 4)}
+                options = {"num_warps": kwargs.get("num_warps", 4), **{k: kwargs[k] for k in ("maxnreg",) if k in kwargs}}
                 record = {"layout": name, "kernel": fn.__name__, "heads": heads, "values": values, "page": page}
                 try:
                     sig, constexprs, attrs = signature(fn, args, kwargs)
                     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                                               target=TARGET, options=options)
                     record.update(ok=bool(compiled.asm["cubin"]), **resource_usage(compiled.asm["ptx"]))
+                    if "maxnreg" in options:   # a spec's register cap (lone_registers): spills show here
+                        record["maxnreg"] = options["maxnreg"]
                 except Exception as exc:  # noqa: BLE001 - report every failure, then fail
                     record.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}")
                 failures += not record["ok"]
