@@ -376,6 +376,38 @@ def test_one_row_per_program(name, monkeypatch):
                           f"{name}.dequantize, one row per program")
 
 
+@pytest.mark.parametrize("name", cases("append"))
+def test_append_caps_registers_of_one_entry_programs(name, monkeypatch):
+    """The lone kernel launches under the spec's register cap (lone_registers) when each program takes
+    one entry, and never when its programs scan several (they need more registers)."""
+    m = module(name)
+    launches = []
+
+    class Record:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append((self.name, kwargs))
+
+    monkeypatch.setattr(m, "_append_lone_kernel", Record("lone"))
+    monkeypatch.setattr(m, "_append_runs_kernel", Record("runs"))
+    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_registers": 64, "lone_programs": 8})
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
+    for tokens, chunks, cap in ((8, 1, 64), (9, 2, None)):
+        launches.clear()
+        m.append(*[torch.ones(tokens, heads, values, device=DEVICE)] * len(m.PLANES),
+                 torch.arange(tokens, device=DEVICE), cache, page)
+        (lone_name, lone), (runs_name, runs) = launches
+        assert (lone_name, runs_name, lone["CHUNKS"]) == ("lone", "runs", chunks)
+        assert lone.get("maxnreg") == cap and "maxnreg" not in runs
+    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_registers": None})
+    launches.clear()
+    m.append(*[torch.ones(8, heads, values, device=DEVICE)] * len(m.PLANES), torch.arange(8, device=DEVICE), cache, page)
+    assert "maxnreg" not in launches[0][1]
+
+
 @pytest.mark.parametrize("name", cases("gather_dequant"))
 def test_rows_cap_gives_every_sm_a_program(name, monkeypatch):
     m = module(name)
