@@ -155,7 +155,8 @@ def main() -> int:
             shapes |= {(m.HEADS or 8, m.VALUES or 128, blocks * m.SCALE_GROUP_TOKENS) for blocks in (4, 8)}
         for heads, values, page in sorted(shapes):
             for fn, args, kwargs in calls_for(m, heads, values, page):
-                options = {"num_warps": kwargs.get("num_warps", 4), **{k: kwargs[k] for k in ("maxnreg",) if k in kwargs}}
+                # compiled with the call's launch options, as the JIT compiles it (Triton's defaults otherwise)
+                options = {"num_warps": 4, **{k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}}
                 record = {"layout": name, "kernel": fn.__name__, "heads": heads, "values": values, "page": page}
                 try:
                     sig, constexprs, attrs = signature(fn, args, kwargs)
