@@ -43,7 +43,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
-    "append": {'columns': 128, 'entries': 32, 'num_warps': 1, 'lone_heads': 8, 'lone_columns': 128, 'lone_warps': 2, 'lone_programs': 2048, 'lone_registers': 64, 'dependent_launch': True, 'early_release': True},
+    "append": {'columns': 128, 'entries': 32, 'num_warps': 1, 'lone_heads': 8, 'lone_columns': 128, 'lone_warps': 2, 'lone_programs': 2048, 'lone_registers': 64, 'lone_whole_blocks': True, 'dependent_launch': True, 'early_release': True},
     "gather_dequant": {'elements': 2048, 'block_tokens': None, 'num_warps': 4, 'lane_group': 2, 'dependent_launch': False, 'early_release': True},
 }
 
@@ -439,11 +439,34 @@ def _same_block(other, loc, num_slots):
 @triton.jit
 def _later_member(loc_ptr, entry, loc, n_tokens, num_slots):
     """Whether one of the entries 2 to 31 after each entry lands in its block (`loc`, a slot the call
-    writes): one load per lane and offset, from L1."""
+    writes), and, where `loc` is a block's first slot, whether they hold its slots 2 to 31 in order:
+    one load per lane and offset, from L1."""
     member = tl.zeros_like(entry) != 0        # none found yet
+    in_order = tl.zeros_like(entry) == 0      # none out of order yet
     for later in tl.static_range(2, 32):
-        member = member | _same_block(tl.load(loc_ptr + entry + later, mask=entry + later < n_tokens, other=-1), loc, num_slots)
-    return member
+        later_loc = tl.load(loc_ptr + entry + later, mask=entry + later < n_tokens, other=-1).to(tl.int64)
+        member = member | _same_block(later_loc, loc, num_slots)
+        in_order = in_order & ((later_loc ^ loc) == later)        # loc + later, for a block's first slot
+    return member, in_order
+
+
+@triton.jit
+def _whole_block_breaks(loc, before_loc, after_loc):
+    """Where entry e's block (of `loc`, a slot the call writes) fails to be whole and fresh: the 32 entries
+    from e - j (j = loc % 32, the slot's place in the block) must hold the block's slots in order. The
+    slots of the entries around e: before_loc[i] e - 1 - i, after_loc[i] e + 1 + i (31 each; -1 past
+    the call). A [32] tile: the block is whole where no lane is set. (Then no other entry lands in
+    the block: its entries lie within 32 consecutive ones.)"""
+    window = tl.arange(0, 32)
+    j = loc % 32
+    return ((window < j) & (before_loc != loc - 1 - window)) | ((window < 31 - j) & (after_loc != loc + 1 + window))
+
+
+@triton.jit
+def _fresh_exponents(x):
+    """A fresh block's exponents: of each value index's largest magnitude over the rows of x [rows,
+    value indices], at least -127."""
+    return tl.maximum(_x_exponent(tl.max(_magnitude_bits(x), axis=0)), -127)
 
 
 @triton.jit
@@ -578,7 +601,7 @@ def _append_lone_kernel(
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
-    PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
+    WHOLE: tl.constexpr, SLICE: tl.constexpr, PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
     WORD: tl.constexpr,
     WORD_RESCALE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
@@ -592,7 +615,12 @@ def _append_lone_kernel(
     per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
     in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
     fresh block, first slot written, starts over); where one grew, the block's other slots are
-    rescaled. _append_runs_kernel does every other entry's block. WORD > 0: the
+    rescaled. WHOLE (calls of one entry per program): the entries of a whole fresh block (its 32
+    entries hold its slots in order from the first, as in a prefill; then no other entry lands in it)
+    write it together, each program a slice of SLICE value indices of one head for all 32 rows, so
+    that a prefill's programs find work too (otherwise they end at once, and the runs kernel
+    launches only after them).
+    _append_runs_kernel does every other entry's block. WORD > 0: the
     stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
     rescale works on 32-bit words of codes (see _word_rescale).
     """
@@ -682,6 +710,30 @@ def _append_lone_kernel(
                             _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
 
 
+        elif WHOLE:
+            breaks = _whole_block_breaks(loc, before_loc, after_loc)
+            # The entry's share of a whole fresh block: slice `part` (its slot's place in the block) of the
+            # program's tile, SLICE value indices of one head for all 32 rows (32 slices in a tile).
+            part = loc % 32
+            if ((loc >= 0) & (loc < num_slots)) & (tl.max(breaks.to(tl.int32), axis=0) == 0):
+                if RELEASE_RUNS:
+                    tl.extra.cuda.gdc_launch_dependents()     # as for a lone entry
+                page = loc // PAGE_SIZE
+                slot = loc % PAGE_SIZE
+                block = slot // 32
+                slice_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + part // (COLUMNS // SLICE)
+                slice_dim = tl.program_id(2) * COLUMNS + part % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
+                slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
+                records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
+                scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
+                rows = (entry - part + window).to(tl.int64)[:, None] * v_stride_t     # the block's entries, from its first
+                x = tl.load(v_ptr + rows + slice_head * v_stride_h + slice_dim[None, :], mask=slice_ok[None, :], other=0.0).to(tl.float32)
+                exponent = _fresh_exponents(x)
+                block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim[None, :]
+                tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=slice_ok[None, :])
+                sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + slice_head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + slice_dim * SF_X_DIM_STRIDE
+                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=slice_ok)
+
         if CHUNKS > 1:
             entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
         else:
@@ -693,8 +745,8 @@ def _append_runs_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
-    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr,
-    EARLY_RELEASE: tl.constexpr,
+    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, WHOLE: tl.constexpr,
+    PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
@@ -704,6 +756,7 @@ def _append_runs_kernel(
     """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
     COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
     PRELOAD (big calls, prefill-like): each program's first 32 rows load before its slots arrive.
+    WHOLE: the lone kernel writes the whole fresh blocks (see there); they are skipped here.
 
     An entry leads its 32-slot block when none of the 32 entries before it lands in the same
     block (a block's entries must lie within 32 consecutive entries, as with per-sequence
@@ -725,7 +778,8 @@ def _append_runs_kernel(
     loc = tl.load(loc_ptr + entry, mask=entry < n_tokens, other=-1).to(tl.int64)
     own_block = _block_of(loc, num_slots)
     previous = _block_of(tl.load(loc_ptr + entry - 1, mask=(entry >= 1) & (entry <= n_tokens), other=-1), num_slots)
-    following = _block_of(tl.load(loc_ptr + entry + 1, mask=entry + 1 < n_tokens, other=-1), num_slots)
+    next_loc = tl.load(loc_ptr + entry + 1, mask=entry + 1 < n_tokens, other=-1)
+    following = _block_of(next_loc, num_slots)
     # Candidates: run starts (the entry before lands elsewhere) with a later entry in their block (the
     # next one, or for a run of one entry one of the 30 after it); the others are alone or led.
     run_start = (own_block >= 0) & (previous != own_block)
@@ -733,10 +787,15 @@ def _append_runs_kernel(
         # A big call (prefill-like) reads the later entries only where a run of one entry needs them.
         later = tl.zeros_like(entry) != 0
         if tl.max((run_start & (following != own_block)).to(tl.int32), axis=0) > 0:
-            later = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)
+            later, _ = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)
     else:
-        later = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)     # with the slots: no second round trip
+        later, in_order = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)     # with the slots: no second round trip
     candidate = run_start & ((following == own_block) | later)
+    if WHOLE:
+        # The lone kernel writes the whole fresh blocks (their 32 entries hold the block's slots in
+        # order from its first), a slice per entry: they lead nothing here.
+        whole_from = (loc % 32 == 0) & (next_loc == loc + 1) & in_order
+        candidate = candidate & ~whole_from
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
     rows = v_ptr + head * v_stride_h                 # + entry * stride_t + value index: a new value
@@ -772,7 +831,7 @@ def _append_runs_kernel(
                 whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
                 if whole:
                     x = x_ahead.to(tl.float32)
-                    exponent = tl.maximum(_x_exponent(tl.max(_magnitude_bits(x), axis=0)), -127)
+                    exponent = _fresh_exponents(x)
                     block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                     tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
                     tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
@@ -825,7 +884,7 @@ def _append_runs_kernel(
             whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
             if whole:
                 x = x_ahead.to(tl.float32)
-                exponent = tl.maximum(_x_exponent(tl.max(_magnitude_bits(x), axis=0)), -127)
+                exponent = _fresh_exponents(x)
                 block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                 tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
                 tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
@@ -892,7 +951,8 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
         and its other slots are stale (left as they are).
     When the exponent of a block in use grows, its other codes are rescaled by the exact power of two.
     Two kernels, fixed grids, no host sync (CUDA-graph capturable): the entries alone in their block
-    (a decode step) as tiles, then the blocks with several new rows (a prefill) by their leaders; on
+    (a decode step) as tiles, and in calls of up to lone_programs entries the whole fresh blocks (a
+    prefill's) a slice per entry; then the other blocks with several new rows by their leaders; on
     sm_90 and later the second is a programmatic dependent launch of the first (see _dependent_launch).
     pdl: launch the first as a programmatic dependent of the stream's previous kernel (sm_90+; see
         _chain); None: the spec's `dependent_launch` knob.
@@ -913,9 +973,11 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     chain = _chain("append", loc.device, pdl)        # the lone kernel one of the stream's previous kernel
     # One entry per program (a decode step's): capped registers fit more programs on an SM at once.
     lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] else {}
+    # ... and can write whole fresh blocks too, each entry's program a slice of its tile (of at least a head's value index).
+    whole = knobs["lone_whole_blocks"] and chunks == 1 and 32 % head_tile == 0 and head_tile * columns >= 32
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
-                              RELEASE_RUNS=runs_pdl,
+                              WHOLE=whole, SLICE=head_tile * columns // 32 if whole else 1, RELEASE_RUNS=runs_pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               PDL=chain["PDL"], num_warps=knobs["lone_warps"], **lone_cap,
@@ -923,7 +985,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (_cdiv(n_tokens, entries), len(PLANES) * heads, _cdiv(values, columns))
     _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
-                              PRELOAD=chunks > 1, PDL=runs_pdl, EARLY_RELEASE=chain["EARLY_RELEASE"],
+                              PRELOAD=chunks > 1, WHOLE=whole, PDL=runs_pdl, EARLY_RELEASE=chain["EARLY_RELEASE"],
                               num_warps=knobs["num_warps"], **({"launch_pdl": True} if runs_pdl else {}), **geo)
 
 

@@ -175,15 +175,16 @@ def test_dequantize(name, out_dtype):
 @pytest.mark.parametrize("launch, pages", [({"lone_heads": 2, "lone_columns": 64, "lone_warps": 1}, 1),
                                            ({"lone_heads": 4, "lone_columns": 128, "lone_programs": 1}, 2),
                                            ({"columns": 64, "entries": 16, "num_warps": 2, "dependent_launch": False,
-                                             "ptx_rescale": False}, 4)],
+                                             "ptx_rescale": False, "lone_whole_blocks": False}, 4)],
                          ids=["heads", "scan", "columns"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, pages, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
     Three launch shapes: lone rows two heads (of 3) and half the value indices per tile; one lone
     program scanning a whole call; blocks with several rows 16 entries per program, split columns,
-    and (on a GPU of sm_90+) both kernels launched plainly, not as dependent launches, and grown
-    blocks rescaled code by code, not as words with inline PTX.
+    whole fresh blocks written by their leaders, not a slice per entry by the lone kernel, and (on a
+    GPU of sm_90+) both kernels launched plainly, not as dependent launches, and grown blocks
+    rescaled code by code, not as words with inline PTX.
     Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
     2, 4 and 8 bytes where the layout keeps them adjacent."""
     m = module(name)
@@ -406,6 +407,33 @@ def test_append_caps_registers_of_one_entry_programs(name, monkeypatch):
     launches.clear()
     m.append(*[torch.ones(8, heads, values, device=DEVICE)] * len(m.PLANES), torch.arange(8, device=DEVICE), cache, page)
     assert "maxnreg" not in launches[0][1]
+
+
+@pytest.mark.parametrize("whole_blocks", [True, False], ids=["lone-writes-whole", "runs-writes-whole"])
+@pytest.mark.parametrize("name", cases("append"))
+def test_append_whole_blocks_have_one_writer(name, whole_blocks, monkeypatch):
+    """With lone_whole_blocks the lone kernel writes a decode-size call's whole fresh blocks and the runs
+    kernel leaves them as they were; without it the runs kernel writes them. The lone kernel is left
+    out here (a no-op launch), so the runs kernel's bytes show alone: a prefill of two whole blocks
+    and part of a third, against the reference given every entry, or only the third block's."""
+    m = module(name)
+
+    class Skip:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_whole_blocks": whole_blocks})
+    monkeypatch.setattr(m, "_append_lone_kernel", Skip())
+    gen = generator(23)
+    heads, values, page = dims(m)
+    block = m.SCALE_GROUP_TOKENS
+    cache = fresh_cache(m, 3, page, heads, values, gen)
+    want = clone(m, cache)
+    loc = torch.arange(page, page + 2 * block + 5)        # page 1 from its first slot (page 0 holds any sink)
+    v = scaled_normal((loc.numel(), heads, values), gen).to(DEVICE)
+    m.append(v, loc.to(DEVICE), cache, page)
+    m.append_ref(v, torch.where(loc < page + 2 * block, -1, loc).to(DEVICE) if whole_blocks else loc.to(DEVICE), want, page)
+    assert_same_cache(m, cache, want, f"{name}.append runs kernel, lone_whole_blocks={whole_blocks}")
 
 
 @pytest.mark.parametrize("name", cases("gather_dequant"))
