@@ -973,7 +973,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     chain = _chain("append", loc.device, pdl)        # the lone kernel one of the stream's previous kernel
     # One entry per program (a decode step's): capped registers fit more programs on an SM at once.
     lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] else {}
-    # ... and can write whole fresh blocks too, each entry's program a slice of its tile (of at least a head's value index).
+    # ... and then write whole fresh blocks too: each entry's program one of 32 slices of its tile, each within one head.
     whole = knobs["lone_whole_blocks"] and chunks == 1 and 32 % head_tile == 0 and head_tile * columns >= 32
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
