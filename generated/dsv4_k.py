@@ -310,8 +310,10 @@ def _exp2i(n):
 @triton.jit
 def _magnitude_bits(x):
     """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does
-    (tl.maximum returns the operand that is not NaN: max.f32 on the GPU, numpy's fmax in the interpreter)."""
-    return tl.maximum(tl.abs(x), 0.0).to(tl.int32, bitcast=True)
+    (tl.maximum returns the operand that is not NaN: max.f32 on the GPU, numpy's fmax in the interpreter).
+    Times 1.0 first: the interpreter's numpy then quiets a signaling NaN (a bf16 NaN with a payload widens
+    to one), which its fmax would return from an array of a few elements; the compiler drops the product."""
+    return tl.maximum(tl.abs(x * 1.0), 0.0).to(tl.int32, bitcast=True)
 
 
 @triton.jit
