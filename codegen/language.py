@@ -99,7 +99,8 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
                             "are never capped", None),
     "lone_whole_blocks": Field(Bool(), "append: in calls of up to lone_programs entries, the programs of rows alone in their "
                                "block also write the whole fresh blocks (a block's entries its slots in order from the "
-                               "first, as in a prefill), each entry's program a slice of the block's value indices; "
+                               "first, as in a prefill), each entry's program at most one slice of the block's value "
+                               "indices (of at least one value index per thread); "
                                "false: the kernel of blocks with several new rows writes them", None),
     "dependent_launch": Field(Bool(), "on sm_90+: launch the op (append: its first kernel) as a programmatic dependent of "
                               "the stream's previous kernel, which waits for that kernel's end before touching memory; "

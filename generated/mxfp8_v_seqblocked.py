@@ -465,10 +465,26 @@ def _whole_block_breaks(loc, before_loc, after_loc):
 
 
 @triton.jit
-def _fresh_exponents(x):
-    """A fresh block's exponents: of each value index's largest magnitude over the rows of x [rows,
-    value indices], at least -127."""
-    return tl.maximum(_x_exponent(tl.max(_magnitude_bits(x), axis=0)), -127)
+def _fresh_exponents(magnitude):
+    """A fresh block's exponents, from each value index's largest magnitude over its rows (fp32 bits, see
+    _magnitude_bits): at least -127."""
+    return tl.maximum(_x_exponent(magnitude), -127)
+
+
+@triton.jit
+def _slice_rows(first_row, row_stride, ok, ROWS: tl.constexpr):
+    """ROWS rows of a slice of value indices (fp32 vectors, row_stride elements apart from first_row) as a
+    tuple, and each value index's largest magnitude over them (fp32 bits). Vectors, not one [rows, values]
+    tile: their max is elementwise, where a tile's max over rows has the program's warps exchange partial
+    maxima through shared memory (on the H200 a 2048-token prefill's lone kernel took 4.7 us with such
+    tiles, 3.3 with vectors, bench/RESULTS.md)."""
+    rows = ()
+    magnitude = tl.zeros_like(ok.to(tl.int32))
+    for i in tl.static_range(ROWS):
+        row = tl.load(first_row + i * row_stride, mask=ok, other=0.0).to(tl.float32)
+        magnitude = tl.maximum(magnitude, _magnitude_bits(row))
+        rows = rows + (row,)
+    return rows, magnitude
 
 
 @triton.jit
@@ -619,9 +635,9 @@ def _append_lone_kernel(
     fresh block, first slot written, starts over); where one grew, the block's other slots are
     rescaled. WHOLE (calls of one entry per program): the entries of a whole fresh block (its 32
     entries hold its slots in order from the first, as in a prefill; then no other entry lands in it)
-    write it together, each program a slice of SLICE value indices of one head for all 32 rows, so
-    that a prefill's programs find work too (otherwise they end at once, and the runs kernel
-    launches only after them).
+    write it together, each of the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value indices of one
+    head, all 32 rows) by one of the block's entries, so that a prefill's programs find work too
+    (otherwise they end at once, and the runs kernel launches only after them).
     _append_runs_kernel does every other entry's block. WORD > 0: the
     stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
     rescale works on 32-bit words of codes (see _word_rescale).
@@ -715,9 +731,9 @@ def _append_lone_kernel(
         elif WHOLE:
             breaks = _whole_block_breaks(loc, before_loc, after_loc)
             # The entry's share of a whole fresh block: slice `part` (its slot's place in the block) of the
-            # program's tile, SLICE value indices of one head for all 32 rows (32 slices in a tile).
+            # program's tile, SLICE value indices of one head for all 32 rows, if the tile has that many.
             part = loc % 32
-            if ((loc >= 0) & (loc < num_slots)) & (tl.max(breaks.to(tl.int32), axis=0) == 0):
+            if ((loc >= 0) & (loc < num_slots)) & (tl.max(breaks.to(tl.int32), axis=0) == 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
                 if RELEASE_RUNS:
                     tl.extra.cuda.gdc_launch_dependents()     # as for a lone entry
                 page = loc // PAGE_SIZE
@@ -728,11 +744,14 @@ def _append_lone_kernel(
                 slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
                 records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
                 scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
-                rows = (entry - part + window).to(tl.int64)[:, None] * v_stride_t     # the block's entries, from its first
-                x = tl.load(v_ptr + rows + slice_head * v_stride_h + slice_dim[None, :], mask=slice_ok[None, :], other=0.0).to(tl.float32)
-                exponent = _fresh_exponents(x)
-                block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim[None, :]
-                tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=slice_ok[None, :])
+                # The slice of the block's 32 rows (its entries, from the first), one vector each: see _slice_rows.
+                first_row = v_ptr + (entry - part).to(tl.int64) * v_stride_t + slice_head * v_stride_h + slice_dim
+                rows, magnitude = _slice_rows(first_row, v_stride_t, slice_ok, 32)
+                exponent = _fresh_exponents(magnitude)
+                multiplier = _multiplier(exponent)
+                for i in tl.static_range(32):
+                    block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + i) * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim
+                    tl.store(records + block_row, _encode_fp8_e4m3fn(rows[i] * multiplier), mask=slice_ok)
                 sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + slice_head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + slice_dim * SF_X_DIM_STRIDE
                 tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=slice_ok)
 
@@ -833,7 +852,7 @@ def _append_runs_kernel(
                 whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
                 if whole:
                     x = x_ahead.to(tl.float32)
-                    exponent = _fresh_exponents(x)
+                    exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
                     block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                     tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
                     tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
@@ -886,7 +905,7 @@ def _append_runs_kernel(
             whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
             if whole:
                 x = x_ahead.to(tl.float32)
-                exponent = _fresh_exponents(x)
+                exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
                 block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                 tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
                 tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
@@ -923,6 +942,8 @@ def _append_runs_kernel(
 
 # Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
 _RESCALE_ROWS = 16
+# Threads per warp: a whole block's slices hold at least one value index per thread of the lone kernel.
+_WARP_THREADS = 32
 
 
 # Set to False to rescale a grown block's rows code by code in Triton everywhere, never as words
@@ -975,11 +996,13 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     chain = _chain("append", loc.device, pdl)        # the lone kernel one of the stream's previous kernel
     # One entry per program (a decode step's): capped registers fit more programs on an SM at once.
     lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] else {}
-    # ... and then write whole fresh blocks too: each entry's program one of 32 slices of its tile, each within one head.
-    whole = knobs["lone_whole_blocks"] and chunks == 1 and 32 % head_tile == 0 and head_tile * columns >= 32
+    # ... and then write whole fresh blocks too, a slice of each tile per entry (up to 32 slices, each within
+    # one head and at least a value index per thread: a slice the program's warps shared each would load).
+    whole = knobs["lone_whole_blocks"] and chunks == 1
+    slice_values = min(columns, max(head_tile * columns // 32, _WARP_THREADS * knobs["lone_warps"]))
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
-                              WHOLE=whole, SLICE=head_tile * columns // 32 if whole else 1, RELEASE_RUNS=runs_pdl,
+                              WHOLE=whole, SLICE=slice_values, RELEASE_RUNS=runs_pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               PDL=chain["PDL"], num_warps=knobs["lone_warps"], **lone_cap,
