@@ -1,8 +1,10 @@
 """Test setup: without CUDA, kernels run in Triton's interpreter with the GPU's conversions."""
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,3 +17,40 @@ if not ON_GPU:
 
     interpreter_fp8.install()
 DEVICE = "cuda" if ON_GPU else "cpu"
+
+
+# --- The sm_90 compile job ---------------------------------------------------------------------------
+# `python -m tests.compile_sm90` (compiling every kernel for Hopper, ~1.5 min on one core) is a process of
+# its own. When its test is collected it starts at once and the test moves to the end of the run, so on
+# CI's two cores it compiles while the interpreter runs the other tests.
+COMPILE_SM90_TEST = "test_every_kernel_compiles_for_sm90"
+COMPILE_SM90_TIMEOUT_S = 900
+_compile_sm90_job = None
+
+
+def _start_compile_sm90() -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.Popen([sys.executable, "-m", "tests.compile_sm90"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    global _compile_sm90_job
+    compile_tests = [item for item in items if item.name == COMPILE_SM90_TEST]
+    if compile_tests and _compile_sm90_job is None:
+        items[:] = [item for item in items if item.name != COMPILE_SM90_TEST] + compile_tests
+        _compile_sm90_job = _start_compile_sm90()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _compile_sm90_job is not None and _compile_sm90_job.poll() is None:
+        _compile_sm90_job.kill()     # a run stopped early (-x, Ctrl-C) leaves no compiler behind
+        _compile_sm90_job.communicate()
+
+
+@pytest.fixture
+def compile_sm90_result() -> subprocess.CompletedProcess:
+    """The compile job's exit status and output (started here if collection did not start it)."""
+    job = _compile_sm90_job or _start_compile_sm90()
+    stdout, stderr = job.communicate(timeout=COMPILE_SM90_TIMEOUT_S)
+    return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
