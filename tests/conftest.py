@@ -13,9 +13,10 @@ sys.path.insert(0, str(ROOT))
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"   # must precede the first import of a kernel module
-    from tests import interpreter_fp8
+    from tests import interpreter_fp8, interpreter_patch_once
 
     interpreter_fp8.install()
+    interpreter_patch_once.install()     # speed only: see its docstring
 DEVICE = "cuda" if ON_GPU else "cpu"
 
 

@@ -168,6 +168,37 @@ def test_interpreter_patch_matches_the_measured_gpu_rule_on_every_bf16_pattern()
     assert torch.equal(got, want)
 
 
+@triton.jit
+def _doubled(x):
+    return x * 2
+
+
+@triton.jit
+def _helper_loop_kernel(x_ptr, out_ptr):
+    offsets = tl.arange(0, 8)
+    x = tl.load(x_ptr + offsets)
+    for _ in tl.static_range(4):
+        x = _doubled(x)
+    tl.store(out_ptr + offsets, x)
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the CPU interpreter patch")
+def test_interpreter_patches_the_language_once_per_launch(monkeypatch):
+    """tests/interpreter_patch_once.py: a launch of two programs whose kernel calls a helper four times
+    each patches triton.language once, computes the same, and leaves the language as it was."""
+    from tests import interpreter_patch_once
+    original = interpreter_patch_once._original
+    patched = []
+    monkeypatch.setattr(interpreter_patch_once, "_original", lambda fn: patched.append(fn.__name__) or original(fn))
+    load = tl.load
+    x = torch.arange(8, dtype=torch.float32)
+    out = torch.zeros(8)
+    _helper_loop_kernel[(2,)](x, out)
+    assert patched == ["_helper_loop_kernel"]
+    assert torch.equal(out, x * 16)
+    assert tl.load is load and not interpreter_patch_once._launches
+
+
 @pytest.mark.parametrize("element", ["fp8_e4m3fn", "fp8_e5m2"])
 def test_fp16_rescale_route(element):
     """The seq-blocked append's rescale on sm_90 (_rescale_words: codes to f16x2, mul.rn.f16x2 by the

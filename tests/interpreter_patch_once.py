@@ -1,0 +1,55 @@
+"""Make Triton's CPU interpreter patch triton.language once per launch, not again at every helper call.
+
+When a kernel launches, the interpreter swaps triton.language's functions for numpy ones
+(``interpreter._patch_lang``, undone at the launch's end). At every call of a @triton.jit helper
+inside the kernel it patches the same modules again, identically, and leaves the undoing to the
+launch. kvlayout's kernels call small helpers in their inner loops (``_magnitude_bits``, the
+encoders, ...), and those repeats took about a third of the interpreter's time in CI (cProfile of
+``test_append``). With this, a helper called inside a launch reuses the launch's patch when it sees
+the same language modules (always, for generated code); a helper that sees others is patched as
+before. What runs does not change: the functions in place are the same either way.
+
+Applied only under TRITON_INTERPRET=1 and only where the interpreter has the structure described
+(Triton 3.6 to 3.9); otherwise the interpreter is left as it is.
+"""
+from __future__ import annotations
+
+import inspect
+
+import triton.language as tl
+from triton.runtime import interpreter
+
+_original = getattr(interpreter, "_patch_lang", None)
+_launches: list = []     # the language modules each running launch patched (launches do not nest)
+
+
+def _languages(fn) -> set:
+    return {id(value) for value in fn.__globals__.values() if inspect.ismodule(value) and value in (tl, tl.core)}
+
+
+def _patch_lang_once(fn):
+    languages = _languages(fn)
+    if _launches:
+        if languages <= _launches[-1]:
+            return interpreter._LangPatchScope()      # patched by the running launch: nothing to add or undo
+        return _original(fn)                          # a helper that sees other modules: as before
+    scope = _original(fn)                             # a launch: patch, and forget it when undone
+    _launches.append(languages)
+    restore = scope.restore
+
+    def restore_and_forget():
+        try:
+            restore()
+        finally:
+            _launches.pop()
+
+    scope.restore = restore_and_forget
+    return scope
+
+
+def install() -> bool:
+    """Patch once per launch; False (nothing changed) where the interpreter is not as expected."""
+    if _original is None or not hasattr(interpreter, "_LangPatchScope"):
+        return False
+    interpreter._patch_lang = _patch_lang_once
+    return True
