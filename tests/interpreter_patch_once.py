@@ -4,10 +4,9 @@ When a kernel launches, the interpreter swaps triton.language's functions for nu
 (``interpreter._patch_lang``, undone at the launch's end). At every call of a @triton.jit helper
 inside the kernel it patches the same modules again, identically, and leaves the undoing to the
 launch. kvlayout's kernels call small helpers in their inner loops (``_magnitude_bits``, the
-encoders, ...), and those repeats took about a third of the interpreter's time in CI (cProfile of
-``test_append``). With this, a helper called inside a launch reuses the launch's patch when it sees
-the same language modules (always, for generated code); a helper that sees others is patched as
-before. What runs does not change: the functions in place are the same either way.
+encoders, ...), and those repeats took about a third of ``test_append``'s time (cProfile). With
+this, a helper called inside a launch reuses the launch's patch when it sees the same language
+modules (always, for generated code); a helper that sees others is patched as before. What runs does not change: the functions in place are the same either way.
 
 Applied only under TRITON_INTERPRET=1 and only where the interpreter has the structure described
 (Triton 3.6 to 3.9); otherwise the interpreter is left as it is.
