@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,13 @@ _compile_sm90_job = None
 
 
 def _start_compile_sm90() -> subprocess.Popen:
+    """The job, its output going to files (a pipe read only at the end would stall it when full)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.Popen([sys.executable, "-m", "tests.compile_sm90"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
+    job = subprocess.Popen([sys.executable, "-m", "tests.compile_sm90"], cwd=ROOT, env=env,
+                           stdout=output[0], stderr=output[1], text=True)
+    job.output_files = output
+    return job
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,12 +51,15 @@ def pytest_collection_modifyitems(config, items):
 def pytest_sessionfinish(session, exitstatus):
     if _compile_sm90_job is not None and _compile_sm90_job.poll() is None:
         _compile_sm90_job.kill()     # a run stopped early (-x, Ctrl-C) leaves no compiler behind
-        _compile_sm90_job.communicate()
+        _compile_sm90_job.wait()
 
 
 @pytest.fixture
 def compile_sm90_result() -> subprocess.CompletedProcess:
     """The compile job's exit status and output (started here if collection did not start it)."""
     job = _compile_sm90_job or _start_compile_sm90()
-    stdout, stderr = job.communicate(timeout=COMPILE_SM90_TIMEOUT_S)
+    job.wait(timeout=COMPILE_SM90_TIMEOUT_S)
+    for f in job.output_files:
+        f.seek(0)
+    stdout, stderr = (f.read() for f in job.output_files)
     return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
