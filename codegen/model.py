@@ -162,6 +162,10 @@ class Layout:
     def scale_region(self, group: str) -> Region:
         return next(r for b in self.buffers for r in b.regions if r.holds == group)
 
+    def sink_block(self, group: ScaleGroup) -> int | None:
+        """The block of `group.size` slots that holds the sink slot (token groups); None without a sink."""
+        return None if self.sink is None else self.sink // group.size
+
     @property
     def word_scales(self) -> dict | None:
         """The scale group a reader may load as words, with the geometry names a launch checks:
