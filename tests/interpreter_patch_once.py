@@ -6,7 +6,8 @@ inside the kernel it patches the same modules again, identically, and leaves the
 launch. kvlayout's kernels call small helpers in their inner loops (``_magnitude_bits``, the
 encoders, ...), and those repeats took about a third of ``test_append``'s time (cProfile). With
 this, a helper called inside a launch reuses the launch's patch when it sees the same language
-modules (always, for generated code); a helper that sees others is patched as before. What runs does not change: the functions in place are the same either way.
+modules (always, for generated code); a helper that sees others is patched as before. What
+runs does not change: the functions in place are the same either way.
 
 Applied only under TRITON_INTERPRET=1 and only where the interpreter has the structure described
 (Triton 3.6 to 3.9); otherwise the interpreter is left as it is.

@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
-from tests.harness import (assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
+from tests.harness import (KernelStub, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
                            unique_slots)
 
 SOURCE_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -384,15 +384,8 @@ def test_append_caps_registers_of_one_entry_programs(name, monkeypatch):
     m = module(name)
     launches = []
 
-    class Record:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append((self.name, kwargs))
-
-    monkeypatch.setattr(m, "_append_lone_kernel", Record("lone"))
-    monkeypatch.setattr(m, "_append_runs_kernel", Record("runs"))
+    monkeypatch.setattr(m, "_append_lone_kernel", KernelStub(lambda kwargs: launches.append(("lone", kwargs))))
+    monkeypatch.setattr(m, "_append_runs_kernel", KernelStub(lambda kwargs: launches.append(("runs", kwargs))))
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_registers": 64, "lone_programs": 8})
     heads, values, page = dims(m)
     cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
@@ -417,13 +410,8 @@ def test_append_whole_blocks_have_one_writer(name, whole_blocks, monkeypatch):
     out here (a no-op launch), so the runs kernel's bytes show alone: a prefill of two whole blocks
     and part of a third, against the reference given every entry, or only the third block's."""
     m = module(name)
-
-    class Skip:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: None
-
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_whole_blocks": whole_blocks})
-    monkeypatch.setattr(m, "_append_lone_kernel", Skip())
+    monkeypatch.setattr(m, "_append_lone_kernel", KernelStub())
     gen = generator(23)
     heads, values, page = dims(m)
     block = m.SCALE_GROUP_TOKENS
