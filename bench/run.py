@@ -3,8 +3,9 @@
 Scenarios:
   decode   a batch of sequences appending one token each into scattered pages
   prefill  contiguous runs of slots (whole sequences written at once)
-  batch    (append, large) a prefill of a batch of sequences of random lengths (1-4096 tokens),
-           each from a page boundary: a sequence's blocks start at any entry of the call
+  batch    (append) a prefill of a batch of sequences of random lengths (1-4096 tokens; at the small
+           size 1-300), each from a page boundary: a sequence's blocks start at any entry of the
+           call, and most sequences end in a partial block
   gather   page tables of whole sequences: random pages, contiguous within a page
   random   uniformly random slots (the worst case)
   grow     (append) a decode step in which every value index's exponent grows: the block's other
@@ -46,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 COPY_BYTES = 1 << 30
 GRAPH_CALLS = 100
 SMALL_TOKENS = 2048
+SHORT_SEQUENCE = 300        # the longest sequence of the small append batch (a batched prefill of prompts)
 
 
 @dataclass
@@ -246,9 +248,10 @@ def cases_for(name: str, quick: bool) -> list:
                 scenarios.insert(0, ("decode", decode_slots(tokens, num_pages, page)))
             if op == "quantize_store":
                 scenarios.append(("random", random_slots(tokens, num_pages * page)))
-            if op == "append" and tokens > SMALL_TOKENS:
+            if op == "append":
                 # an append's blocks need not start at a program's first entry
-                scenarios.append(("batch", batch_slots(tokens, num_pages, page)))
+                longest = SHORT_SEQUENCE if tokens <= SMALL_TOKENS else 4096
+                scenarios.append(("batch", batch_slots(tokens, num_pages, page, longest)))
             for scenario, loc in scenarios:
                 srcs = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
                 # an append reads the stored exponents and writes the new ones
