@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT))
 COPY_BYTES = 1 << 30
 GRAPH_CALLS = 100
 SMALL_TOKENS = 2048
-SHORT_SEQUENCE = 300        # the longest sequence of the small append batch (a batched prefill of prompts)
+LONG_SEQUENCE = 4096        # the longest sequence of the large append batch
+SHORT_SEQUENCE = 300        # ... and of the small one (a batched prefill of prompts)
 
 
 @dataclass
@@ -119,7 +120,7 @@ prefill_slots = paged_slots   # a prefill writes whole sequences: contiguous run
 gather_ids = paged_slots      # a reader walks the same page tables
 
 
-def batch_slots(tokens: int, num_pages: int, page: int, longest: int = 4096) -> torch.Tensor:
+def batch_slots(tokens: int, num_pages: int, page: int, longest: int = LONG_SEQUENCE) -> torch.Tensor:
     """A prefill of a batch of sequences of random lengths (1..longest tokens), one after another,
     each from the first slot of random pages of its own: a sequence's runs start at any entry."""
     lengths = []
@@ -250,7 +251,7 @@ def cases_for(name: str, quick: bool) -> list:
                 scenarios.append(("random", random_slots(tokens, num_pages * page)))
             if op == "append":
                 # an append's blocks need not start at a program's first entry
-                longest = SHORT_SEQUENCE if tokens <= SMALL_TOKENS else 4096
+                longest = SHORT_SEQUENCE if tokens <= SMALL_TOKENS else LONG_SEQUENCE
                 scenarios.append(("batch", batch_slots(tokens, num_pages, page, longest)))
             for scenario, loc in scenarios:
                 srcs = [nonzero_normal((tokens, heads, values)) for _ in m.PLANES]
