@@ -108,7 +108,7 @@ DEFAULT_LAUNCH = {
     "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
     "append": {"columns": 128, "entries": 32, "num_warps": 1,
                "lone_heads": 8, "lone_columns": 128, "lone_warps": 2, "lone_programs": 2048, "lone_registers": None,
-               "lone_whole_blocks": True,
+               "lone_fresh_runs": True,
                "dependent_launch": True, "early_release": True},
 }
 POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries", "lone_heads", "lone_columns")

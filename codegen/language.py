@@ -97,11 +97,11 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
                             "takes one entry (calls of up to lone_programs entries, a decode step's), so that more of "
                             "them fit an SM at once; null: the compiler's choice. Programs scanning several entries "
                             "are never capped", None),
-    "lone_whole_blocks": Field(Bool(), "append: in calls of up to lone_programs entries, the programs of rows alone in their "
-                               "block also write the whole fresh blocks (a block's entries its slots in order from the "
-                               "first, as in a prefill), each entry's program at most one slice of the block's value "
-                               "indices (of at least one value index per thread); "
-                               "false: the kernel of blocks with several new rows writes them", None),
+    "lone_fresh_runs": Field(Bool(), "append: in calls of up to lone_programs entries, the programs of rows alone in their "
+                             "block also write the fresh runs (a block's entries consecutive and its slots in order "
+                             "from the first, as in a prefill: whole blocks and each sequence's last), slices of the "
+                             "block's value indices (of at least one value index per thread) dealt out to its entries; "
+                             "false: the kernel of blocks with several new rows writes them", None),
     "dependent_launch": Field(Bool(), "on sm_90+: launch the op (append: its first kernel) as a programmatic dependent of "
                               "the stream's previous kernel, which waits for that kernel's end before touching memory; "
                               "a call's pdl= argument overrides it", None),

@@ -43,7 +43,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
-    "append": {'columns': 128, 'entries': 32, 'num_warps': 1, 'lone_heads': 8, 'lone_columns': 128, 'lone_warps': 2, 'lone_programs': 2048, 'lone_registers': 64, 'lone_whole_blocks': True, 'dependent_launch': True, 'early_release': True},
+    "append": {'columns': 128, 'entries': 32, 'num_warps': 1, 'lone_heads': 8, 'lone_columns': 128, 'lone_warps': 2, 'lone_programs': 2048, 'lone_registers': 64, 'lone_fresh_runs': True, 'dependent_launch': True, 'early_release': True},
     "gather_dequant": {'elements': 2048, 'block_tokens': None, 'num_warps': 4, 'lane_group': 2, 'dependent_launch': False, 'early_release': True},
 }
 
@@ -441,27 +441,40 @@ def _same_block(other, loc, num_slots):
 @triton.jit
 def _later_member(loc_ptr, entry, loc, n_tokens, num_slots):
     """Whether one of the entries 2 to 31 after each entry lands in its block (`loc`, a slot the call
-    writes), and, where `loc` is a block's first slot, whether they hold its slots 2 to 31 in order:
-    one load per lane and offset, from L1."""
+    writes), and, where `loc` is a block's first slot and the next entry holds its second, whether those
+    that do hold its slots from 2 on, each at its place and none after a gap (a fresh run's, see
+    _fresh_run_rows): one load per lane and offset, from L1."""
     member = tl.zeros_like(entry) != 0        # none found yet
-    in_order = tl.zeros_like(entry) == 0      # none out of order yet
+    last_in = tl.zeros_like(entry).to(tl.int32)          # the last of them in the block (0: none)
+    first_out = last_in + 32                         # the first not at its place (32: none)
     for later in tl.static_range(2, 32):
         later_loc = tl.load(loc_ptr + entry + later, mask=entry + later < n_tokens, other=-1).to(tl.int64)
-        member = member | _same_block(later_loc, loc, num_slots)
-        in_order = in_order & ((later_loc ^ loc) == later)        # loc + later, for a block's first slot
-    return member, in_order
+        in_block = _same_block(later_loc, loc, num_slots)
+        member = member | in_block
+        last_in = tl.where(in_block, later, last_in)
+        first_out = tl.minimum(first_out, tl.where((later_loc ^ loc) != later, later, 32))   # loc + later, for a block's first slot
+    # Selects, not a chain of flags: 0.2 us less per call on the H200.
+    run_only = last_in < first_out
+    return member, run_only
 
 
 @triton.jit
-def _whole_block_breaks(loc, before_loc, after_loc):
-    """Where entry e's block (of `loc`, a slot the call writes) fails to be whole and fresh: the 32 entries
-    from e - j (j = loc % 32, the slot's place in the block) must hold the block's slots in order. The
-    slots of the entries around e: before_loc[i] e - 1 - i, after_loc[i] e + 1 + i (31 each; -1 past
-    the call). A [32] tile: the block is whole where no lane is set. (Then no other entry lands in
-    the block: its entries lie within 32 consecutive ones.)"""
+def _fresh_run_rows(loc, before_loc, after_loc, num_slots):
+    """The rows of entry e's block (of `loc`, a slot the call writes) if they are a fresh run, else 0: the
+    block's entries are consecutive from e - j (j = loc % 32, the slot's place in the block) and hold its
+    slots from the first, in order (32 of them: a whole block, as in most of a prefill; fewer: a
+    sequence's last block). The slots of the entries around e: before_loc[i] e - 1 - i, after_loc[i]
+    e + 1 + i (31 each; -1 past the call): every other entry of the block among them (its entries
+    lie within 32 consecutive ones) must be a run's, one [32] tile, one sum and one max."""
     window = tl.arange(0, 32)
-    j = loc % 32
-    return ((window < j) & (before_loc != loc - 1 - window)) | ((window < 31 - j) & (after_loc != loc + 1 + window))
+    j = (loc % 32).to(tl.int32)
+    # The entries after e within the 32 from e - j that land in the block: those of the run, if it is one.
+    later = tl.sum((_same_block(after_loc, loc, num_slots) & (window < 31 - j)).to(tl.int32), axis=0)
+    # Breaks: one of the j entries before e that is not the run's, any earlier one in the block, one of
+    # the `later` entries after e that is not the run's.
+    breaks = tl.where(window < j, before_loc != loc - 1 - window, _same_block(before_loc, loc, num_slots))
+    breaks = breaks | ((window < later) & (after_loc != loc + 1 + window))
+    return tl.where(tl.max(breaks.to(tl.int32), axis=0) == 0, j + 1 + later, 0)
 
 
 @triton.jit
@@ -472,17 +485,18 @@ def _fresh_exponents(magnitude):
 
 
 @triton.jit
-def _slice_rows(first_row, row_stride, ok, ROWS: tl.constexpr):
-    """ROWS rows of a slice of value indices (fp32 vectors, row_stride elements apart from first_row) as a
-    tuple, and each value index's largest magnitude over them (fp32 bits). Vectors, not one [rows, values]
-    tile: their max is elementwise, where a tile's max over rows has the program's warps exchange partial
-    maxima through shared memory (on the H200 a 2048-token prefill's lone kernel took 4.7 us with such
-    tiles, 3.3 with vectors, bench/RESULTS.md)."""
+def _slice_rows(first_row, row_stride, ok, count, ROWS: tl.constexpr):
+    """ROWS rows of a slice of value indices (fp32 vectors, row_stride elements apart from first_row; 0
+    from row `count` on) as a tuple, and each value index's largest magnitude over them (fp32 bits).
+    Vectors, not one [rows, values] tile: their max is elementwise, where a tile's max over rows has the
+    program's warps exchange partial maxima through shared memory (on the H200 a 2048-token prefill's
+    lone kernel took 4.7 us with such tiles, 3.3 with vectors, bench/RESULTS.md)."""
     rows = ()
-    magnitude = tl.zeros_like(ok.to(tl.int32))
+    lanes = tl.zeros_like(ok.to(tl.int32))      # row numbers as tensors: the interpreter rejects tensor & scalar masks
+    magnitude = lanes
     row_ptr = first_row        # stepped, not first_row + i * row_stride: a prefill of 2048 tokens 0.1 us faster (H200)
     for i in tl.static_range(ROWS):
-        row = tl.load(row_ptr, mask=ok, other=0.0).to(tl.float32)
+        row = tl.load(row_ptr, mask=ok & (lanes + i < count), other=0.0).to(tl.float32)
         magnitude = tl.maximum(magnitude, _magnitude_bits(row))
         rows = rows + (row,)
         row_ptr += row_stride
@@ -621,7 +635,7 @@ def _append_lone_kernel(
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
-    WHOLE: tl.constexpr, SLICE: tl.constexpr, PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
+    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
     WORD: tl.constexpr,
     WORD_RESCALE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
@@ -635,11 +649,11 @@ def _append_lone_kernel(
     per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
     in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
     fresh block, first slot written, starts over); where one grew, the block's other slots are
-    rescaled. WHOLE (calls of one entry per program): the entries of a whole fresh block (its 32
-    entries hold its slots in order from the first, as in a prefill; then no other entry lands in it)
-    write it together, each of the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value indices of one
-    head, all 32 rows) by one of the block's entries, so that a prefill's programs share its blocks
-    (otherwise they end at once, and the runs kernel's leaders write each block alone).
+    rescaled. FRESH_RUNS (calls of one entry per program): the entries of a fresh run (a block's
+    entries are consecutive and hold its slots in order from the first: a prefill's blocks, whole or
+    a sequence's last) write it together, the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value
+    indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
+    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone).
     _append_runs_kernel does every other entry's block. WORD > 0: the
     stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
     rescale works on 32-bit words of codes (see _word_rescale).
@@ -735,31 +749,34 @@ def _append_lone_kernel(
                             _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
 
 
-        elif WHOLE:
-            breaks = _whole_block_breaks(loc, before_loc, after_loc)
-            # The entry's share of a whole fresh block: slice `part` (its slot's place in the block) of the
-            # program's tile, SLICE value indices of one head for all 32 rows, if the tile has that many.
+        elif FRESH_RUNS:
+            run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
+            # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
+            # part + run, ... of the program's tile, each SLICE value indices of one head, all the run's rows.
             part = loc % 32
-            if ((loc >= 0) & (loc < num_slots)) & (tl.max(breaks.to(tl.int32), axis=0) == 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
+            if ((loc >= 0) & (loc < num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
                 page = loc // PAGE_SIZE
                 slot = loc % PAGE_SIZE
                 block = slot // 32
-                slice_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + part // (COLUMNS // SLICE)
-                slice_dim = tl.program_id(2) * COLUMNS + part % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
-                slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
-                records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
-                scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
-                # The slice of the block's 32 rows (its entries, from the first), one vector each: see _slice_rows.
-                first_row = v_ptr + (entry - part).to(tl.int64) * v_stride_t + slice_head * v_stride_h + slice_dim
-                rows, magnitude = _slice_rows(first_row, v_stride_t, slice_ok, 32)
-                exponent = _fresh_exponents(magnitude)
-                multiplier = _multiplier(exponent)
-                for i in tl.static_range(32):
-                    block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + i) * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim
-                    tl.store(records + block_row, _encode_fp8_e4m3fn(rows[i] * multiplier), mask=slice_ok)
-                sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + slice_head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + slice_dim * SF_X_DIM_STRIDE
-                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=slice_ok)
+                piece = part
+                while piece < HEAD_TILE * (COLUMNS // SLICE):
+                    slice_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + piece // (COLUMNS // SLICE)
+                    slice_dim = tl.program_id(2) * COLUMNS + piece % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
+                    slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
+                    records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
+                    scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
+                    # The slice of the run's rows (its entries, from the block's first), one vector each: see _slice_rows.
+                    first_row = v_ptr + (entry - part).to(tl.int64) * v_stride_t + slice_head * v_stride_h + slice_dim
+                    values, magnitude = _slice_rows(first_row, v_stride_t, slice_ok, run, 32)
+                    exponent = _fresh_exponents(magnitude)
+                    multiplier = _multiplier(exponent)
+                    for i in tl.static_range(32):
+                        block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + i) * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim
+                        tl.store(records + block_row, _encode_fp8_e4m3fn(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
+                    sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + slice_head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + slice_dim * SF_X_DIM_STRIDE
+                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=slice_ok)
 
+                    piece += run
         if CHUNKS > 1:
             entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
         else:
@@ -771,7 +788,7 @@ def _append_runs_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
-    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, WHOLE: tl.constexpr,
+    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, FRESH_RUNS: tl.constexpr,
     PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
@@ -782,7 +799,7 @@ def _append_runs_kernel(
     """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
     COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
     PRELOAD (big calls, prefill-like): each program's first 32 rows load before its slots arrive.
-    WHOLE: the lone kernel writes the whole fresh blocks (see there); they are skipped here.
+    FRESH_RUNS: the lone kernel writes the fresh runs (see there); they are skipped here.
 
     An entry leads its 32-slot block when none of the 32 entries before it lands in the same
     block (a block's entries must lie within 32 consecutive entries, as with per-sequence
@@ -815,13 +832,13 @@ def _append_runs_kernel(
         if tl.max((run_start & (following != own_block)).to(tl.int32), axis=0) > 0:
             later, _ = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)
     else:
-        later, in_order = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)     # with the slots: no second round trip
+        later, run_only = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)     # with the slots: no second round trip
     candidate = run_start & ((following == own_block) | later)
-    if WHOLE:
-        # The lone kernel writes the whole fresh blocks (their 32 entries hold the block's slots in
-        # order from its first), a slice per entry: they lead nothing here.
-        whole_from = (loc % 32 == 0) & (next_loc == loc + 1) & in_order
-        candidate = candidate & ~whole_from
+    if FRESH_RUNS:
+        # The lone kernel writes the fresh runs (a block's entries hold its slots in order from its
+        # first), slices per entry: they lead nothing here.
+        fresh_run = (loc % 32 == 0) & (next_loc == loc + 1) & run_only
+        candidate = candidate & ~fresh_run
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
     rows = v_ptr + head * v_stride_h                 # + entry * stride_t + value index: a new value
@@ -947,7 +964,7 @@ def _append_runs_kernel(
 
 # Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
 _RESCALE_ROWS = 16
-# Threads per warp: a whole block's slices hold at least one value index per thread of the lone kernel.
+# Threads per warp: a fresh run's slices hold at least one value index per thread of the lone kernel.
 _WARP_THREADS = 32
 
 
@@ -979,8 +996,8 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
         and its other slots are stale (left as they are).
     When the exponent of a block in use grows, its other codes are rescaled by the exact power of two.
     Two kernels, fixed grids, no host sync (CUDA-graph capturable): the entries alone in their block
-    (a decode step) as tiles, and in calls of up to lone_programs entries the whole fresh blocks (a
-    prefill's) a slice per entry; then the other blocks with several new rows by their leaders; on
+    (a decode step) as tiles, and in calls of up to lone_programs entries the fresh runs (a prefill's
+    blocks) slices per entry; then the other blocks with several new rows by their leaders; on
     sm_90 and later the second is a programmatic dependent launch of the first (see _dependent_launch).
     pdl: launch the first as a programmatic dependent of the stream's previous kernel (sm_90+; see
         _chain); None: the spec's `dependent_launch` knob.
@@ -1001,13 +1018,13 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     chain = _chain("append", loc.device, pdl)        # the lone kernel one of the stream's previous kernel
     # One entry per program (a decode step's): capped registers fit more programs on an SM at once.
     lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] else {}
-    # ... and then write whole fresh blocks too, a slice of each tile per entry (up to 32 slices, each within
-    # one head and at least a value index per thread: a slice the program's warps shared each would load).
-    whole = knobs["lone_whole_blocks"] and chunks == 1
+    # ... and then write fresh runs too, slices of each tile dealt out to a run's entries (up to 32 slices, each
+    # within one head and at least a value index per thread: a slice the program's warps shared each would load).
+    fresh_runs = knobs["lone_fresh_runs"] and chunks == 1
     slice_values = min(columns, max(head_tile * columns // 32, _WARP_THREADS * knobs["lone_warps"]))
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
-                              WHOLE=whole, SLICE=slice_values, RELEASE_RUNS=runs_pdl,
+                              FRESH_RUNS=fresh_runs, SLICE=slice_values, RELEASE_RUNS=runs_pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               PDL=chain["PDL"], num_warps=knobs["lone_warps"], **lone_cap,
@@ -1015,7 +1032,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (_cdiv(n_tokens, entries), len(PLANES) * heads, _cdiv(values, columns))
     _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
-                              PRELOAD=chunks > 1, WHOLE=whole, PDL=runs_pdl, EARLY_RELEASE=chain["EARLY_RELEASE"],
+                              PRELOAD=chunks > 1, FRESH_RUNS=fresh_runs, PDL=runs_pdl, EARLY_RELEASE=chain["EARLY_RELEASE"],
                               num_warps=knobs["num_warps"], **({"launch_pdl": True} if runs_pdl else {}), **geo)
 
 

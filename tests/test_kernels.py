@@ -175,14 +175,14 @@ def test_dequantize(name, out_dtype):
 @pytest.mark.parametrize("launch, pages", [({"lone_heads": 2, "lone_columns": 64, "lone_warps": 1}, 1),
                                            ({"lone_heads": 4, "lone_columns": 128, "lone_programs": 1}, 2),
                                            ({"columns": 64, "entries": 16, "num_warps": 2, "dependent_launch": False,
-                                             "ptx_rescale": False, "lone_whole_blocks": False}, 4)],
+                                             "ptx_rescale": False, "lone_fresh_runs": False}, 4)],
                          ids=["heads", "scan", "columns"])
 @pytest.mark.parametrize("name", cases("append"))
 def test_append(name, launch, pages, monkeypatch):
     """Prefill runs into fresh pages with stale bytes, then decode steps that grow block exponents.
     Three launch shapes: lone rows two heads (of 3) and half the value indices per tile; one lone
     program scanning a whole call; blocks with several rows 16 entries per program, split columns,
-    whole fresh blocks written by their leaders, not a slice per entry by the lone kernel, and (on a
+    fresh runs written by their leaders, not slices per entry by the lone kernel, and (on a
     GPU of sm_90+) both kernels launched plainly, not as dependent launches, and grown blocks
     rescaled code by code, not as words with inline PTX.
     Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
@@ -252,8 +252,8 @@ def test_append(name, launch, pages, monkeypatch):
 @pytest.mark.parametrize("name", cases("append"))
 def test_append_batch_prefill(name, launch, monkeypatch):
     """A prefill of a batch of sequences of random lengths, one after another, each from the first
-    slot of pages of its own: blocks start at any entry of the call, so whole fresh blocks are led
-    from a program's first entry and from the middle of one, next to partial blocks. Then every
+    slot of pages of its own: blocks start at any entry of the call, so fresh runs (whole blocks and
+    each sequence's last, partial one) start at a program's first entry and in the middle of one. Then every
     sequence grows by a chunk of random length (blocks in use: merged, rescaled where an exponent
     grows). As launched for decode-size calls and for big ones (rows preloaded)."""
     m = module(name)
@@ -402,26 +402,36 @@ def test_append_caps_registers_of_one_entry_programs(name, monkeypatch):
     assert "maxnreg" not in launches[0][1]
 
 
-@pytest.mark.parametrize("whole_blocks", [True, False], ids=["lone-writes-whole", "runs-writes-whole"])
+@pytest.mark.parametrize("writer", ["lone", "runs", "runs-without-fresh-runs"])
 @pytest.mark.parametrize("name", cases("append"))
-def test_append_whole_blocks_have_one_writer(name, whole_blocks, monkeypatch):
-    """With lone_whole_blocks the lone kernel writes a decode-size call's whole fresh blocks and the runs
-    kernel leaves them as they were; without it the runs kernel writes them. The lone kernel is left
-    out here (a no-op launch), so the runs kernel's bytes show alone: a prefill of two whole blocks
-    and part of a third, against the reference given every entry, or only the third block's."""
+def test_append_fresh_runs_have_one_writer(name, writer, monkeypatch):
+    """With lone_fresh_runs the lone kernel writes a decode-size call's fresh runs (a block's entries
+    consecutive, its slots in order from the first) and the runs kernel every other block with several
+    new rows; without it the runs kernel writes the fresh runs too. One kernel is left out here (a
+    no-op launch), so the other's bytes show alone, against the reference given only the entries of its
+    blocks: a whole block, runs of 5 and 2 entries, and blocks that are not fresh runs: from slot 3, with
+    a skipped entry, out of order, with another block's entry inside (that one is alone: a lone tile)."""
     m = module(name)
-    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_whole_blocks": whole_blocks})
-    monkeypatch.setattr(m, "_append_lone_kernel", KernelStub())
+    monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_fresh_runs": writer != "runs-without-fresh-runs"})
+    monkeypatch.setattr(m, "_append_runs_kernel" if writer == "lone" else "_append_lone_kernel", KernelStub())
     gen = generator(23)
     heads, values, page = dims(m)
     block = m.SCALE_GROUP_TOKENS
-    cache = fresh_cache(m, 3, page, heads, values, gen)
+
+    def at(k, *slots):        # block k from page 1 on (page 0 holds any sink); -1: a skipped entry
+        return [page + k * block + s if s >= 0 else -1 for s in slots]
+    fresh_runs = [at(0, *range(block)), at(1, 0, 1, 2, 3, 4), at(7, 0, 1)]
+    others = [at(2, 3, 4), at(3, 0, -1, 2), at(4, 1, 0)]
+    gap, alone = at(5, 0, 1) + at(6, 0) + at(5, 2), at(6, 0)
+    loc = torch.tensor(fresh_runs[0] + fresh_runs[1] + sum(others, []) + gap + fresh_runs[2])
+    written = {"lone": sum(fresh_runs, alone), "runs": sum(others, at(5, 0, 1, 2)),
+               "runs-without-fresh-runs": sum(fresh_runs + others, at(5, 0, 1, 2))}[writer]
+    cache = fresh_cache(m, 2 + 8 * block // page, page, heads, values, gen)
     want = clone(m, cache)
-    loc = torch.arange(page, page + 2 * block + 5)        # page 1 from its first slot (page 0 holds any sink)
     v = scaled_normal((loc.numel(), heads, values), gen).to(DEVICE)
     m.append(v, loc.to(DEVICE), cache, page)
-    m.append_ref(v, torch.where(loc < page + 2 * block, -1, loc).to(DEVICE) if whole_blocks else loc.to(DEVICE), want, page)
-    assert_same_cache(m, cache, want, f"{name}.append runs kernel, lone_whole_blocks={whole_blocks}")
+    m.append_ref(v, torch.where(torch.isin(loc, torch.tensor(written)), loc, -1).to(DEVICE), want, page)
+    assert_same_cache(m, cache, want, f"{name}.append, {writer} kernel alone")
 
 
 @pytest.mark.parametrize("name", cases("gather_dequant"))
