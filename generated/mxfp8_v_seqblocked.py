@@ -504,6 +504,21 @@ def _slice_rows(first_row, row_stride, ok, count, ROWS: tl.constexpr):
 
 
 @triton.jit
+def _rows_magnitude(first_row, offsets, row_stride, ok, count, ROWS: tl.constexpr):
+    """Each value index's largest magnitude (fp32 bits) over `count` (at most ROWS) rows of [heads, value
+    indices] tiles (`offsets` from each row's start; the rows row_stride elements apart from first_row, a
+    scalar pointer: no tile of 64-bit pointers to keep): all loads at once, an elementwise max."""
+    lanes = tl.zeros_like(ok.to(tl.int32))      # row numbers as tensors: the interpreter rejects tensor & scalar masks
+    magnitude = lanes
+    row_ptr = first_row
+    for i in tl.static_range(ROWS):
+        row = tl.load(row_ptr + offsets, mask=ok & (lanes + i < count), other=0.0).to(tl.float32)
+        magnitude = tl.maximum(magnitude, _magnitude_bits(row))
+        row_ptr += row_stride
+    return magnitude
+
+
+@triton.jit
 def _bit_or(a, b):
     """tl.reduce's combine for a bitwise or."""
     return a | b
@@ -635,7 +650,7 @@ def _append_lone_kernel(
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
-    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
+    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
     WORD: tl.constexpr,
     WORD_RESCALE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
@@ -754,7 +769,26 @@ def _append_lone_kernel(
             # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
             # part + run, ... of the program's tile, each SLICE value indices of one head, all the run's rows.
             part = loc % 32
-            if ((loc >= 0) & (loc < num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
+            if ((loc >= 0) & (loc < num_slots)) & (run > 0) & (run <= SHORT_RUN):
+                # A short run (at most SHORT_RUN rows: dealt out, its slices would take several rounds): each
+                # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
+                page = loc // PAGE_SIZE
+                slot = loc % PAGE_SIZE
+                block = slot // 32
+                records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
+                scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
+                # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
+                offsets = head[:, None] * v_stride_h + dim[None, :]
+                exponent = _fresh_exponents(_rows_magnitude(v_ptr + (entry - part).to(tl.int64) * v_stride_t, offsets, v_stride_t, ok, run, SHORT_RUN))
+                x = tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=ok, other=0.0).to(tl.float32)
+                new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)), mask=ok)
+                if part == 0:
+                    # The run's first entry writes the exponents.
+                    sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
+                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=ok)
+
+            elif ((loc >= 0) & (loc < num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
                 page = loc // PAGE_SIZE
                 slot = loc % PAGE_SIZE
                 block = slot // 32
@@ -964,6 +998,10 @@ def _append_runs_kernel(
 
 # Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
 _RESCALE_ROWS = 16
+# Fresh runs of at most this many rows are written a row per entry (each loading all the run's rows), not as
+# slices dealt out to the run's entries, r slices a round, one round trip after another (H200, 2048-token
+# batches of 1-300-token sequences: 4.70-4.81 us; 4.89-5.05 with 4 here; 4.63-5.26 without).
+_SHORT_RUN = 8
 # Threads per warp: a fresh run's slices hold at least one value index per thread of the lone kernel.
 _WARP_THREADS = 32
 
@@ -1024,7 +1062,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     slice_values = min(columns, max(head_tile * columns // 32, _WARP_THREADS * knobs["lone_warps"]))
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
-                              FRESH_RUNS=fresh_runs, SLICE=slice_values, RELEASE_RUNS=runs_pdl,
+                              FRESH_RUNS=fresh_runs, SLICE=slice_values, SHORT_RUN=_SHORT_RUN, RELEASE_RUNS=runs_pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               PDL=chain["PDL"], num_warps=knobs["lone_warps"], **lone_cap,

@@ -409,8 +409,9 @@ def test_append_fresh_runs_have_one_writer(name, writer, monkeypatch):
     consecutive, its slots in order from the first) and the runs kernel every other block with several
     new rows; without it the runs kernel writes the fresh runs too. One kernel is left out here (a
     no-op launch), so the other's bytes show alone, against the reference given only the entries of its
-    blocks: a whole block, runs of 5 and 2 entries, and blocks that are not fresh runs: from slot 3, with
-    a skipped entry, out of order, with another block's entry inside (that one is alone: a lone tile)."""
+    blocks: a whole block, runs of 5 and 2 entries, of _SHORT_RUN (the last written row by row) and one
+    more (slices dealt out), and blocks that are not fresh runs: from slot 3, with a skipped entry, out of
+    order, with another block's entry inside (that one is alone: a lone tile)."""
     m = module(name)
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], "lone_fresh_runs": writer != "runs-without-fresh-runs"})
     monkeypatch.setattr(m, "_append_runs_kernel" if writer == "lone" else "_append_lone_kernel", KernelStub())
@@ -420,13 +421,14 @@ def test_append_fresh_runs_have_one_writer(name, writer, monkeypatch):
 
     def at(k, *slots):        # block k from page 1 on (page 0 holds any sink); -1: a skipped entry
         return [page + k * block + s if s >= 0 else -1 for s in slots]
-    fresh_runs = [at(0, *range(block)), at(1, 0, 1, 2, 3, 4), at(7, 0, 1)]
+    short = m._SHORT_RUN
+    fresh_runs = [at(0, *range(block)), at(1, 0, 1, 2, 3, 4), at(7, 0, 1), at(8, *range(short)), at(9, *range(short + 1))]
     others = [at(2, 3, 4), at(3, 0, -1, 2), at(4, 1, 0)]
     gap, alone = at(5, 0, 1) + at(6, 0) + at(5, 2), at(6, 0)
-    loc = torch.tensor(fresh_runs[0] + fresh_runs[1] + sum(others, []) + gap + fresh_runs[2])
+    loc = torch.tensor(fresh_runs[0] + fresh_runs[1] + sum(others, []) + gap + sum(fresh_runs[2:], []))
     written = {"lone": sum(fresh_runs, alone), "runs": sum(others, at(5, 0, 1, 2)),
                "runs-without-fresh-runs": sum(fresh_runs + others, at(5, 0, 1, 2))}[writer]
-    cache = fresh_cache(m, 2 + 8 * block // page, page, heads, values, gen)
+    cache = fresh_cache(m, 2 + -(-10 * block // page), page, heads, values, gen)
     want = clone(m, cache)
     v = scaled_normal((loc.numel(), heads, values), gen).to(DEVICE)
     m.append(v, loc.to(DEVICE), cache, page)
