@@ -668,7 +668,9 @@ def _append_lone_kernel(
     entries are consecutive and hold its slots in order from the first: a prefill's blocks, whole or
     a sequence's last) write it together, the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value
     indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
-    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone).
+    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone);
+    in a run of at most SHORT_RUN rows each entry writes its own row instead, from the exponents of all
+    the run's rows.
     _append_runs_kernel does every other entry's block. WORD > 0: the
     stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
     rescale works on 32-bit words of codes (see _word_rescale).
@@ -1035,7 +1037,8 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     When the exponent of a block in use grows, its other codes are rescaled by the exact power of two.
     Two kernels, fixed grids, no host sync (CUDA-graph capturable): the entries alone in their block
     (a decode step) as tiles, and in calls of up to lone_programs entries the fresh runs (a prefill's
-    blocks) slices per entry; then the other blocks with several new rows by their leaders; on
+    blocks) as slices dealt out to their entries (short ones a row per entry); then the other blocks
+    with several new rows by their leaders; on
     sm_90 and later the second is a programmatic dependent launch of the first (see _dependent_launch).
     pdl: launch the first as a programmatic dependent of the stream's previous kernel (sm_90+; see
         _chain); None: the spec's `dependent_launch` knob.
