@@ -650,7 +650,8 @@ def _append_lone_kernel(
     loc_ptr, n_tokens, num_slots,
     v_cache_ptr, v_sf_ptr,
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
-    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
+    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
+    PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
     WORD: tl.constexpr,
     WORD_RESCALE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
@@ -779,16 +780,20 @@ def _append_lone_kernel(
                 block = slot // 32
                 records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
                 scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
-                # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
-                offsets = head[:, None] * v_stride_h + dim[None, :]
-                exponent = _fresh_exponents(_rows_magnitude(v_ptr + (entry - part).to(tl.int64) * v_stride_t, offsets, v_stride_t, ok, run, SHORT_RUN))
-                x = tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=ok, other=0.0).to(tl.float32)
-                new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)), mask=ok)
-                if part == 0:
-                    # The run's first entry writes the exponents.
-                    sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
-                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=ok)
+                # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
+                for first_head in tl.static_range(0, HEAD_TILE, SHORT_HEADS):
+                    part_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + first_head + tl.arange(0, SHORT_HEADS)
+                    part_ok = (part_head < HEADS)[:, None] & (dim < VALUES)[None, :]
+                    # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
+                    offsets = part_head[:, None] * v_stride_h + dim[None, :]
+                    exponent = _fresh_exponents(_rows_magnitude(v_ptr + (entry - part).to(tl.int64) * v_stride_t, offsets, v_stride_t, part_ok, run, SHORT_RUN))
+                    x = tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=part_ok, other=0.0).to(tl.float32)
+                    new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + part_head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                    tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)), mask=part_ok)
+                    if part == 0:
+                        # The run's first entry writes the exponents.
+                        sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + part_head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
+                        tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=part_ok)
 
             elif ((loc >= 0) & (loc < num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
                 page = loc // PAGE_SIZE
@@ -1065,7 +1070,8 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     slice_values = min(columns, max(head_tile * columns // 32, _WARP_THREADS * knobs["lone_warps"]))
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
-                              FRESH_RUNS=fresh_runs, SLICE=slice_values, SHORT_RUN=_SHORT_RUN, RELEASE_RUNS=runs_pdl,
+                              FRESH_RUNS=fresh_runs, SLICE=slice_values, SHORT_RUN=_SHORT_RUN,
+                              SHORT_HEADS=max(1, head_tile // 2), RELEASE_RUNS=runs_pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               PDL=chain["PDL"], num_warps=knobs["lone_warps"], **lone_cap,
