@@ -671,7 +671,7 @@ def _append_lone_kernel(
     indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
     programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone);
     in a run of at most SHORT_RUN rows each entry writes its own row instead, from the exponents of all
-    the run's rows.
+    the run's rows, SHORT_HEADS of the tile's heads at a time (fewer registers than the whole tile).
     _append_runs_kernel does every other entry's block. WORD > 0: the
     stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
     rescale works on 32-bit words of codes (see _word_rescale).
