@@ -682,7 +682,8 @@ def _append_lone_kernel(
         # nothing this kernel writes: their blocks are disjoint). While some program ends without
         # this, it launched only at this kernel's end (H200: a 2048-token prefill 4.44 -> 4.21 us).
         tl.extra.cuda.gdc_launch_dependents()
-    head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + tl.arange(0, HEAD_TILE)
+    tile_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE      # the program's first head
+    head = tile_head + tl.arange(0, HEAD_TILE)
     dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
     if (HEADS % HEAD_TILE == 0) & (VALUES % COLUMNS == 0):
         ok = tl.full((HEAD_TILE, COLUMNS), 1, tl.int1)      # whole tiles: no masks
@@ -782,7 +783,7 @@ def _append_lone_kernel(
                 scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
                 # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
                 for first_head in tl.static_range(0, HEAD_TILE, SHORT_HEADS):
-                    part_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + first_head + tl.arange(0, SHORT_HEADS)
+                    part_head = tile_head + first_head + tl.arange(0, SHORT_HEADS)
                     part_ok = (part_head < HEADS)[:, None] & (dim < VALUES)[None, :]
                     # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
                     offsets = part_head[:, None] * v_stride_h + dim[None, :]
@@ -801,7 +802,7 @@ def _append_lone_kernel(
                 block = slot // 32
                 piece = part
                 while piece < HEAD_TILE * (COLUMNS // SLICE):
-                    slice_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE + piece // (COLUMNS // SLICE)
+                    slice_head = tile_head + piece // (COLUMNS // SLICE)
                     slice_dim = tl.program_id(2) * COLUMNS + piece % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
                     slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
                     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
