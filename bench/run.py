@@ -316,10 +316,12 @@ def pdl_graph_us(case: Case) -> float:
     m = importlib.import_module(f"generated.{case.layout}")
     saved = m.LAUNCH[case.op]
     m.LAUNCH[case.op] = {**saved, "dependent_launch": True}
+    m.clear_plans()
     try:
         return graph_us(case.fn) - (graph_us(case.baseline) if case.baseline else 0.0)
     finally:
         m.LAUNCH[case.op] = saved
+        m.clear_plans()
 
 
 @triton.jit
@@ -351,7 +353,8 @@ def sweep(cases, copy_gbps: float) -> str:
         shapes = SWEEP.get(kind, SWEEP["default"])
         for knobs in shapes:
             m.LAUNCH[case.op] = {**saved, **knobs}
-            m._launch.cache_clear()
+            m._launch_shape.cache_clear()
+            m.clear_plans()
             try:
                 if case.small:   # decode-size calls: GPU time from CUDA-graph replays (eager: launch overhead)
                     ms = (graph_us(case.fn) - (graph_us(case.baseline) if case.baseline else 0.0)) / 1e3
@@ -366,7 +369,8 @@ def sweep(cases, copy_gbps: float) -> str:
             best.setdefault((case.layout, kind), {}).setdefault(tuple(sorted(knobs.items())), []).append(pct)
             lines.append(f"{case.layout}.{case.op} {case.scenario:<8} {case.size:<26} {knobs}: {pct:5.1f}% of copy")
         m.LAUNCH[case.op] = saved
-        m._launch.cache_clear()
+        m._launch_shape.cache_clear()
+        m.clear_plans()
     lines.append("best launch shape per op (geometric mean of % of copy over its cases):")
     for (layout, op), by_knobs in best.items():
         score = {k: math.exp(sum(math.log(max(v, 1e-3)) for v in vs) / len(vs)) for k, vs in by_knobs.items()

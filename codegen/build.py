@@ -382,7 +382,8 @@ def _natural_shape(regions, page_bytes: Expr, align: int, segments):
             if len(segments) == 1 and segments[0].element is not None:
                 return segments[0].element.torch_dtype, dims + (segments[0].values,)
             return "uint8", dims + (r.element_bytes,)
-        return "uint8", dims
+        one_byte = r.element_bytes.is_const and r.element_bytes.const_value() == 1
+        return "uint8", dims if one_byte else dims + (r.element_bytes,)     # every scale's bytes (fp32: 4)
     return "uint8", (page_bytes,)
 
 

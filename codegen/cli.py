@@ -82,6 +82,9 @@ def cmd_explain(args, root: Path) -> int:
 
 
 def cmd_bench(args, root: Path) -> int:
+    if args.rest[:1] == ["--host"]:     # host time per eager call, the seeds side by side
+        from bench import host as bench_host
+        return bench_host.main(args.rest[1:])
     from bench import run as bench_run  # GPU only; imports torch and the generated modules
     return bench_run.main(args.rest)
 
@@ -98,7 +101,8 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--page-size", type=int)
     e.add_argument("--heads", type=int)
     e.add_argument("--values", type=int)
-    sub.add_parser("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help)")
+    sub.add_parser("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help; "
+                   "--host first: host time per eager call, python -m bench.host --help)")
     return p
 
 

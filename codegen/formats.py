@@ -28,6 +28,9 @@ class IntegerEncoding:
     min_normal_bits: int    # fp32 bits of the smallest normal value; below it, subnormal steps
     step_magic: float       # 2**k whose ulp is one subnormal step: |q| + it - it rounds to a step (RNE)
     steps_per_unit: float   # 1 / the subnormal step (an exact power of two)
+    negative_zero: bool     # whether the format has -0 (fnuz formats spend 0x80 on NaN)
+    rebase_exponent: int    # added to a normal code's exponent field to give fp32's (decoding)
+    subnormal_step: float   # the value of one subnormal step, 2**(1 - bias - mantissa bits)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class ElementFormat:
     # reach 57344, so times a factor fp16 flushes to zero (below 2^-24) they are still nonzero codes
     # (tests/test_numerics.py::test_fp16_rescale_route).
     f16_pair: str | None = None
+    # Codes that are not numbers: "fn" (magnitude 0x7F is NaN, no inf), "ieee" (an all-ones exponent:
+    # inf or NaN) or "fnuz" (0x80 is the one NaN, no -0, no inf).
+    specials: str = "fn"
 
     @property
     def fmax_exponent(self) -> int:
@@ -63,6 +69,9 @@ class ElementFormat:
             min_normal_bits=fp32_bits(2.0 ** (1 - self.bias)),
             step_magic=2.0 ** (FP32_MANTISSA_BITS + step),
             steps_per_unit=2.0 ** -step,
+            negative_zero=self.specials != "fnuz",
+            rebase_exponent=FP32_BIAS - self.bias,
+            subnormal_step=2.0 ** step,
         )
 
     @property
@@ -83,8 +92,8 @@ class RawDtype:
 
 ELEMENT_FORMATS = {
     "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F, 7, f16_pair="e4m3x2"),
-    "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F, 15),
-    "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, 8, emulated=True),
+    "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F, 15, specials="ieee"),
+    "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, 8, emulated=True, specials="fnuz"),
 }
 
 RAW_DTYPES = {

@@ -151,6 +151,18 @@ class Layout:
 
     # -- lookups used by templates -------------------------------------------------------
     @property
+    def size_checks(self) -> tuple:
+        """(Expr, n, message, argument) of each runtime check: geometry() raises unless Expr % n == 0,
+        naming page_size, or the value or head count (the tensor that gave it, in the ops)."""
+        out = []
+        for expr, n, message in self.runtime_checks:
+            symbols = expr.symbols()
+            argument = (PAGE_SIZE if symbols == {PAGE_SIZE} else VALUES if symbols == {VALUES}
+                        else HEADS if symbols == {HEADS} else "sizes")
+            out.append((expr, n, message, argument))
+        return tuple(out)
+
+    @property
     def scale_kind(self) -> str | None:
         kinds = {g.kind for g in self.scales}
         return kinds.pop() if kinds else None

@@ -17,6 +17,8 @@ from .model import Compat, Layout, Region, op_params
 from .schema import field_rows
 
 TEMPLATES = Path(__file__).parent / "templates"
+RUNTIME = Path(__file__).parent / "runtime"
+COPY_MARKER = "# --- COPY:"
 SCHEMA_ID = "https://kvlayout.dev/spec.schema.json"
 
 
@@ -56,8 +58,20 @@ def _env() -> jinja2.Environment:
     env.filters["suffix"] = lambda xs, suffix: [f"{x}{suffix}" for x in xs]
     env.filters["wrap_params"] = wrap_params
     env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"
-    env.globals.update(FP32_BIAS=FP32_BIAS, FP32_MANTISSA_BITS=FP32_MANTISSA_BITS, op_params=op_params)
+    env.globals.update(FP32_BIAS=FP32_BIAS, FP32_MANTISSA_BITS=FP32_MANTISSA_BITS, op_params=op_params,
+                       runtime=runtime_source)
     return env
+
+
+@functools.lru_cache(maxsize=None)
+def runtime_source(name: str) -> str:
+    """The part of codegen/runtime/<name>.py below its COPY marker: ordinary source that every
+    generated module carries verbatim (so modules stay standalone)."""
+    text = (RUNTIME / f"{name}.py").read_text()
+    head, marker, body = text.partition(COPY_MARKER)
+    if not marker:
+        raise RuntimeError(f"codegen/runtime/{name}.py has no '{COPY_MARKER}' line")
+    return body.split("\n", 1)[1].strip("\n") + "\n"
 
 
 def wrap_params(items, indent: int = 4, width: int = 112) -> str:

@@ -22,6 +22,7 @@ API (the same shape in every kvlayout module; see README.md):
 from __future__ import annotations
 
 import functools
+import operator
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -55,6 +56,26 @@ class Cache(NamedTuple):
     v_sf: torch.Tensor
 
 
+# The Cache field whose last two dims give (heads, values) where the spec leaves them to the tensors.
+_RECORDS_FIELD = "cache.v_cache"
+_RECORDS_INDEX = Cache._fields.index(_RECORDS_FIELD[len("cache."):])
+# Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
+_CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
+_STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES
+_STORE_WRITTEN = tuple(range(1 + len(PLANES), len(_STORE_NAMES)))
+_GATHER_NAMES = ("token_ids",) + _CACHE_NAMES + (("out",) if len(PLANES) == 1 else tuple(f"out ({p})" for p in PLANES))
+_GATHER_WRITTEN = tuple(range(1 + len(Cache._fields), len(_GATHER_NAMES)))
+# Per op, the launch plan of every call signature seen (see _Plan).
+_PLANS = {op: {} for op in OPS}
+
+
+def clear_plans() -> None:
+    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
+    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    for plans in _PLANS.values():
+        plans.clear()
+
+
 # --- geometry: every number a kernel needs, from the spec's model -------------------------------
 
 def _cdiv(a: int, b: int) -> int:
@@ -70,13 +91,16 @@ def _prev_pow2(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-@functools.lru_cache(maxsize=256)
 def geometry(page_size: int, heads: int, values: int) -> dict:
     """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError)."""
-    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
-        raise ValueError(f"page_size: expected a positive int, got {page_size!r}")
+    return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(page_size: int, heads: int, values: int) -> dict:
+    """geometry() for validated ints (cached: the checks below depend on the sizes alone)."""
     if (page_size) % 32:
-        raise ValueError(f"page_size must be a multiple of 32 (page_size={page_size}, heads={heads}, values={values})")
+        raise ValueError(f"page_size: page_size must be a multiple of 32 (page_size={page_size}, heads={heads}, values={values})")
     return dict(
         PAGE_SIZE=page_size,
         HEADS=heads,
@@ -95,8 +119,19 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
     )
 
 
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
+    """geometry(), a size error naming the tensor whose shape gave heads and values."""
+    try:
+        return geometry(page_size, heads, values)
+    except ValueError as err:
+        if str(err).startswith("page_size:"):
+            raise
+        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
+
+
 def cache_shapes(num_pages: int, page_size: int, *, heads: int, values: int) -> dict:
-    """{field: (shape, dtype)} of every Cache tensor."""
+    """{field: (shape, dtype)} of every Cache tensor: (num_pages, ...) holding each page's bytes."""
+    num_pages, page_size = _index(num_pages, "num_pages"), _index(page_size, "page_size")
     geometry(page_size, heads, values)  # validates the sizes
     shapes = {
         "cache": ((num_pages, page_size, heads, values), torch.float8_e4m3fn),
@@ -108,10 +143,11 @@ def cache_shapes(num_pages: int, page_size: int, *, heads: int, values: int) -> 
     }
 
 
-def alloc_cache(num_pages: int, page_size: int, *, heads: int, values: int, device="cuda") -> Cache:
-    """Zero-filled cache tensors (zero scale bytes, so never-written blocks hold no NaN scales)."""
-    if not isinstance(num_pages, int) or num_pages < 1:
-        raise ValueError(f"num_pages: expected a positive int, got {num_pages!r}")
+def alloc_cache(num_pages: int, page_size: int, *, heads: int, values: int, device=None) -> Cache:
+    """Zero-filled cache tensors (zero scale bytes, so never-written blocks hold no NaN scales).
+    device: where to allocate; None is torch's default device (the CPU unless torch.set_default_device
+    says otherwise)."""
+    num_pages = _index(num_pages, "num_pages")
     shapes = cache_shapes(num_pages, page_size, heads=heads, values=values)
     return Cache(**{f: torch.zeros(shape, dtype=dtype, device=device) for f, (shape, dtype) in shapes.items()})
 
@@ -121,6 +157,8 @@ def alloc_cache(num_pages: int, page_size: int, *, heads: int, values: int, devi
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.is_meta:
+        raise ValueError(f"{name}: is a meta tensor (it holds no data)")
     if dtypes is not None and t.dtype not in dtypes:
         raise ValueError(f"{name}: dtype {t.dtype} is not supported; use one of {', '.join(map(str, dtypes))}")
     if ndims is not None and t.dim() not in ndims:
@@ -148,6 +186,8 @@ def _check_rows(name: str, t, device, values=None) -> torch.Tensor:
         t = t.view(t.shape[0], HEADS, t.shape[1] // HEADS)
     if t.stride(2) != 1 and t.shape[2] > 1:
         raise ValueError(f"{name}: the last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+    if t.shape[1] == 0 or t.shape[2] == 0:
+        raise ValueError(f"{name}: shape {tuple(t.shape)} has no heads or no values")
     if HEADS is not None and t.shape[1] != HEADS:
         raise ValueError(f"{name}: expected {HEADS} head(s), got shape {tuple(t.shape)}")
     if values is not None and t.shape[2] != values:
@@ -159,17 +199,17 @@ def _cache_dims(cache) -> tuple:
     """(heads, values) of a cache: from the spec, else from the records buffer's last two dims."""
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    records = cache.v_cache
-    _check_tensor("cache.v_cache", records)
+    records = cache[_RECORDS_INDEX]
+    _check_tensor(_RECORDS_FIELD, records)
     if records.dim() < 3:
-        raise ValueError("cache.v_cache: expected (..., heads, values) trailing dims, got "
-                         f"shape {tuple(records.shape)}")
+        raise ValueError(f"{_RECORDS_FIELD}: expected (..., heads, values) trailing dims, got shape {tuple(records.shape)}")
     return records.shape[-2], records.shape[-1]
 
 
-def _check_cache(cache, page_size: int, heads: int, values: int, device) -> tuple:
-    """Validate every Cache tensor; returns (geometry, num_pages)."""
-    geo = geometry(page_size, heads, values)
+def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple) -> tuple:
+    """Validate every Cache tensor; returns (geometry, num_pages). dims_from: (name, shape) of the
+    tensor that gave heads and values, for size errors."""
+    geo = _sized_geometry(page_size, heads, values, *dims_from)
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
     num_pages = None
@@ -178,14 +218,159 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device) -> tupl
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
         nbytes = t.numel() * t.element_size()
+        if 0 < nbytes < page_bytes:
+            raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
+                             f"which holds {nbytes}")
         if nbytes == 0 or nbytes % page_bytes:
             raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
                              f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
+        # The first dim counts pages, so a cache read or written with another page size than it
+        # was allocated for is caught even when its bytes happen to divide.
+        if t.dim() < 2 or t.shape[0] * page_bytes != nbytes:
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not (num_pages, ...) of {page_bytes}-byte pages "
+                             f"for page_size={page_size}; pass the page_size it was allocated with "
+                             "(see alloc_cache/cache_shapes)")
         if num_pages is None:
             num_pages = nbytes // page_bytes
         elif nbytes // page_bytes != num_pages:
             raise ValueError(f"cache.{field}: holds {nbytes // page_bytes} pages, the other tensors {num_pages}")
     return geo, num_pages
+
+
+def _index(value, name: str, least: int = 1) -> int:
+    """An integer argument (a Python or numpy integer, not a bool or float) of at least `least`."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"{name}: expected an int, got {value!r}")
+    value = operator.index(value)
+    if value < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {value}")
+    return value
+
+
+def _signature(tensors: tuple, scalars: tuple):
+    """The key of a call's launch plan: every tensor's shape, strides, dtype, device and pointer
+    alignment (low 4 bits), the scalar arguments (with their types, so 64.0 is not 64) and the current
+    CUDA device. None when an argument is not a tensor (the checked path then names it)."""
+    try:
+        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in tensors]
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    parts.append(tuple((type(s), s) for s in scalars))
+    parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
+    return tuple(parts)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from a tensor's first element to one past its last (0 for an empty tensor)."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def _check_disjoint(names: tuple, tensors: tuple, written: tuple, extents: tuple) -> None:
+    """ValueError when a written tensor's bytes overlap another argument's (aliasing would race)."""
+    spans = [(t.data_ptr(), t.data_ptr() + n) for t, n in zip(tensors, extents)]
+    for w in written:
+        lo, hi = spans[w]
+        if hi == lo:
+            continue
+        for i, (a, b) in enumerate(spans):
+            if i != w and a < hi and lo < b:
+                raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; a written buffer must not alias "
+                                 "any other argument")
+
+
+class _Plan:
+    """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
+    naming which argument positions take which of the call's tensors."""
+
+    __slots__ = ("launches", "extents", "recordable", "outputs")
+
+    def __init__(self, extents: tuple):
+        self.launches = []
+        self.extents = extents        # bytes each of the call's tensors spans (for the aliasing check)
+        self.recordable = True
+        self.outputs = ()             # (shape, dtype) of each output the op allocates itself
+
+    def record(self, compiled, grid: tuple, kernel, args: tuple, constexprs: dict, tensors: tuple) -> None:
+        """Add a launch: its arguments in the kernel's parameter order, the call's tensors replaced
+        by slots (matched in order by identity, or by pointer and dtype for views of them)."""
+        if compiled is None or not hasattr(compiled, "packed_metadata"):
+            self.recordable = False
+            return
+        values, slots, used = [], [], set()
+        for position, name in enumerate(kernel.arg_names):
+            value = args[position] if position < len(args) else constexprs.get(name, _MISSING)
+            if value is _MISSING:
+                self.recordable = False
+                return
+            if isinstance(value, torch.Tensor):
+                match = _match(value, tensors, used)
+                if match is None:
+                    self.recordable = False
+                    return
+                used.add(match)
+                slots.append((position, match))
+                value = None                  # the plan keeps no tensor alive
+            values.append(value)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.launches.append((compiled, grid, values, tuple(slots)))
+
+    def run(self, tensors: tuple) -> None:
+        """Launch every recorded kernel with this call's tensors, on the current stream."""
+        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())     # as Triton's launches take it
+        hooks = triton.knobs.runtime
+        for compiled, grid, values, slots in self.launches:
+            args = values.copy()
+            for position, index in slots:
+                args[position] = tensors[index]
+            enter = hooks.launch_enter_hook
+            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *args)
+            compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
+                         enter, hooks.launch_exit_hook, *args)
+
+
+_MISSING = object()
+
+
+def _match(value: torch.Tensor, tensors: tuple, used: set):
+    """The index of the call tensor a kernel argument is: the tensor itself, else a view of it (the
+    same first byte; same dtype preferred), the first not yet used; None if none is."""
+    free = [i for i in range(len(tensors)) if i not in used]
+    for same in (lambda t: t is value, lambda t: t.data_ptr() == value.data_ptr() and t.dtype == value.dtype,
+                 lambda t: t.data_ptr() == value.data_ptr()):
+        match = next((i for i in free if same(tensors[i])), None)
+        if match is not None:
+            return match
+    return None
+
+
+def _launch(kernel, grid: tuple, args: tuple, constexprs: dict, plan, tensors: tuple) -> None:
+    """Launch a @triton.jit kernel through Triton's JIT (which compiles it once per specialization)
+    and, for a plan being recorded, add the launch to it."""
+    compiled = kernel[grid](*args, **constexprs)
+    if plan is not None:
+        plan.record(compiled, grid, kernel, args, constexprs, tensors)
+
+
+def _plan_for(kernel, tensors: tuple, device) -> _Plan | None:
+    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere)."""
+    if device.type != "cuda" or not isinstance(kernel, triton.runtime.JITFunction):
+        return None
+    return _Plan(tuple(_extent(t) for t in tensors))
+
+
+def _remember(plans: dict, key, plan) -> None:
+    """Keep a recorded plan under its call signature (at most _MAX_PLANS per op: a new one past
+    that starts the op's plans afresh, so a stream of ever-new shapes cannot grow them)."""
+    if key is None or plan is None or not plan.recordable:
+        return
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[key] = plan
+
+
+_MAX_PLANS = 256
 
 
 def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
@@ -200,8 +385,14 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
             raise ValueError(f"{plane}: shape {tuple(src.shape)} differs from {PLANES[0]}'s {tuple(views[0].shape)}")
         views.append(src)
     n_tokens, heads, values = views[0].shape
+    cache_heads, cache_values = _cache_dims(cache)
+    if (heads, values) != (cache_heads, cache_values):
+        raise ValueError(f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, the cache "
+                         f"{cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
+    tensors = (loc, *views, *cache)
+    _check_disjoint(_STORE_NAMES, tensors, _STORE_WRITTEN, tuple(_extent(t) for t in tensors))
     return tuple(views), geo, num_pages
 
 
@@ -239,7 +430,7 @@ def _lane_group(lanes: int, most: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _launch(op: str, values: int, cap: int = 64) -> dict:
+def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
     """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
     chunks and warps of one op for one value count."""
     knobs = LAUNCH[op]
@@ -303,6 +494,13 @@ def _wait_for_previous(PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr):
         tl.extra.cuda.gdc_wait()
 
 
+# Under TRITON_INTERPRET=1, triton.jit gives interpreted functions, whose fp8 and bf16 conversions
+# differ from the GPU's (ties, carries, NaN, truncation): the kernels then convert by exact integer
+# arithmetic instead (_encode_fp8_bits, _decode_fp8_bits, _convert), so they give the same bytes
+# as on the GPU with a stock interpreter.
+_INTERPRETED = tl.constexpr(not isinstance(_wait_for_previous, triton.runtime.JITFunction))
+
+
 @triton.jit
 def _exp2i(n):
     """2.0**n as fp32 for an int32 tensor n: exact from 2**-149 (subnormals included), 0.0 below."""
@@ -323,6 +521,13 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _saturate(q, FMAX: tl.constexpr):
+    """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
+    q = tl.where(q > FMAX, FMAX, q)
+    return tl.where(q < -FMAX, -FMAX, q)
+
+
+@triton.jit
 def _canonical_nan(x):
     """Replace any NaN by the GPU's canonical fp32 NaN, so fp32 outputs are bit-exact everywhere."""
     nan = tl.full(x.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
@@ -330,16 +535,101 @@ def _canonical_nan(x):
 
 
 @triton.jit
+def _encode_fp8_bits(q, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr, DROPPED_BITS: tl.constexpr,
+                     BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr, STEP_MAGIC: tl.constexpr,
+                     STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr, NEGATIVE_ZERO: tl.constexpr):
+    """fp32 -> fp8 codes by integer arithmetic on q's bits, exactly as cvt.rn.satfinite: saturate to
+    +-FMAX, round to nearest even, NaN -> NAN_CODE. Used where no exact conversion exists: formats
+    without a native sm_90 one, and every format under Triton's interpreter (whose fp8 conversions
+    round ties away and mishandle specials).
+
+    A normal code is q's bits with the exponent rebased (REBASE_BITS) and DROPPED_BITS mantissa bits
+    rounded off (BELOW_HALF plus the kept lowest bit: ties to even; the carry may raise the exponent).
+    Below the smallest normal (MIN_NORMAL_BITS), adding and taking away STEP_MAGIC (its ulp is one
+    subnormal step) rounds |q| to a whole step, ties to even. NEGATIVE_ZERO: whether the format has
+    -0 (fnuz formats have none: 0x80 is their NaN)."""
+    q = _saturate(q, FMAX)
+    bits = q.to(tl.int32, bitcast=True)
+    magnitude = bits & 0x7FFFFFFF
+    rebased = magnitude - REBASE_BITS
+    normal = (rebased + BELOW_HALF + ((rebased >> DROPPED_BITS) & 1)) >> DROPPED_BITS
+    steps = ((tl.abs(q) + STEP_MAGIC) - STEP_MAGIC) * STEPS_PER_UNIT
+    codes = tl.where(magnitude < MIN_NORMAL_BITS, steps.to(tl.int32), normal)
+    sign = (bits >> 24) & 0x80
+    if NEGATIVE_ZERO:
+        codes = codes | sign
+    else:
+        codes = tl.where(codes == 0, 0, codes | sign)
+    return tl.where(q != q, NAN_CODE, codes).to(tl.uint8)
+
+
+@triton.jit
+def _decode_fp8_bits(codes, MANTISSA_BITS: tl.constexpr, REBASE_EXPONENT: tl.constexpr,
+                     SUBNORMAL_STEP: tl.constexpr, SPECIALS: tl.constexpr):
+    """fp8 codes (uint8) -> fp32 by integer arithmetic, exactly: normal codes move their exponent
+    (plus REBASE_EXPONENT) and mantissa into fp32's fields, subnormal ones are mantissa times
+    SUBNORMAL_STEP. SPECIALS: "fn" (magnitude 0x7F is NaN), "ieee" (an all-ones exponent is inf or
+    NaN) or "fnuz" (0x80 is NaN). NaN decodes to the canonical NaN, as the GPU's conversion does."""
+    c = codes.to(tl.int32)
+    magnitude = c & 0x7F
+    exponent = magnitude >> MANTISSA_BITS
+    mantissa = magnitude & ((1 << MANTISSA_BITS) - 1)
+    normal = ((exponent + REBASE_EXPONENT) << _F32_MANTISSA_BITS) | (mantissa << (_F32_MANTISSA_BITS - MANTISSA_BITS))
+    subnormal = (mantissa.to(tl.float32) * SUBNORMAL_STEP).to(tl.int32, bitcast=True)
+    bits = tl.where(exponent == 0, subnormal, normal) | ((c & 0x80) << 24)
+    if SPECIALS == "fn":
+        bits = tl.where(magnitude == 0x7F, _F32_CANONICAL_NAN_BITS, bits)
+    elif SPECIALS == "ieee":
+        top = (1 << (7 - MANTISSA_BITS)) - 1
+        special = tl.where(mantissa == 0, _F32_INF_BITS | ((c & 0x80) << 24), _F32_CANONICAL_NAN_BITS)
+        bits = tl.where(exponent == top, special, bits)
+    else:
+        bits = tl.where(c == 0x80, _F32_CANONICAL_NAN_BITS, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _convert(x, DTYPE: tl.constexpr):
+    """x.to(DTYPE) as sm_90 converts floats: round to nearest even; narrowing and fp16 widening give
+    the canonical NaN, bf16 widening keeps the bits. Under Triton's interpreter (which truncates
+    fp32 -> bf16 and rewrites NaN payloads) the same by integer arithmetic."""
+    if _INTERPRETED:
+        if x.dtype == DTYPE:
+            return x
+        if x.dtype == tl.bfloat16:
+            x = (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # exact, bits kept
+        elif x.dtype == tl.float16:
+            x = _canonical_nan(x.to(tl.float32))
+        if DTYPE == tl.float32:
+            return x
+        elif DTYPE == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16       # to nearest, ties to even
+            return tl.where(x == x, rounded, 0x7FFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            return _canonical_nan(x).to(DTYPE)
+    else:
+        return x.to(DTYPE)
+
+
+@triton.jit
 def _encode_fp8_e4m3fn(q):
     """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
-    # One cvt.rn.satfinite on sm_90: it rounds, saturates (infinities too) and maps NaN itself.
-    return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    if _INTERPRETED:
+        return _encode_fp8_bits(q, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000,
+                                16384.0, 512.0, 0x7F, True)
+    else:
+        # One cvt.rn.satfinite on sm_90: it rounds, saturates (infinities too) and maps NaN itself.
+        return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
 
 @triton.jit
 def _decode_fp8_e4m3fn(codes):
-    """fp8_e4m3fn codes (uint8) -> fp32, exactly."""
-    return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    """fp8_e4m3fn codes (uint8) -> fp32, exactly (NaN codes give the canonical NaN)."""
+    if _INTERPRETED:
+        return _decode_fp8_bits(codes, 3, 120, 0.001953125, "fn")
+    else:
+        return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -420,7 +710,7 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
         if CANON_NAN:
             x = _canonical_nan(x)
         write = (out_ok[:, None] & in_segment)[:, :, None]
-        tl.store(out_ptr + out_row[:, None, None] + (0 + index), x.to(out_ptr.dtype.element_ty), mask=write)
+        tl.store(out_ptr + out_row[:, None, None] + (0 + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
 
 
 @triton.jit
@@ -496,7 +786,7 @@ def _slice_rows(first_row, row_stride, ok, count, ROWS: tl.constexpr):
     magnitude = lanes
     row_ptr = first_row        # stepped, not first_row + i * row_stride: a prefill of 2048 tokens 0.1 us faster (H200)
     for i in tl.static_range(ROWS):
-        row = tl.load(row_ptr, mask=ok & (lanes + i < count), other=0.0).to(tl.float32)
+        row = _convert(tl.load(row_ptr, mask=ok & (lanes + i < count), other=0.0), tl.float32)
         magnitude = tl.maximum(magnitude, _magnitude_bits(row))
         rows = rows + (row,)
         row_ptr += row_stride
@@ -512,7 +802,7 @@ def _rows_magnitude(first_row, offsets, row_stride, ok, count, ROWS: tl.constexp
     magnitude = lanes
     row_ptr = first_row
     for i in tl.static_range(ROWS):
-        row = tl.load(row_ptr + offsets, mask=ok & (lanes + i < count), other=0.0).to(tl.float32)
+        row = _convert(tl.load(row_ptr + offsets, mask=ok & (lanes + i < count), other=0.0), tl.float32)
         magnitude = tl.maximum(magnitude, _magnitude_bits(row))
         row_ptr += row_stride
     return magnitude
@@ -720,7 +1010,7 @@ def _append_lone_kernel(
             records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
             scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
             # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
-            x = tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + head[:, None] * v_stride_h + dim[None, :], mask=ok, other=0.0).to(tl.float32)
+            x = _convert(tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + head[:, None] * v_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
             sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
             if WORD > 0:
                 # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
@@ -788,7 +1078,7 @@ def _append_lone_kernel(
                     # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
                     offsets = part_head[:, None] * v_stride_h + dim[None, :]
                     exponent = _fresh_exponents(_rows_magnitude(v_ptr + (entry - part).to(tl.int64) * v_stride_t, offsets, v_stride_t, part_ok, run, SHORT_RUN))
-                    x = tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=part_ok, other=0.0).to(tl.float32)
+                    x = _convert(tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
                     new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + part_head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                     tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)), mask=part_ok)
                     if part == 0:
@@ -915,7 +1205,7 @@ def _append_runs_kernel(
                 # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
                 whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
                 if whole:
-                    x = x_ahead.to(tl.float32)
+                    x = _convert(x_ahead, tl.float32)
                     exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
                     block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                     tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
@@ -923,7 +1213,7 @@ def _append_runs_kernel(
                 else:
                     hit = _block_of(member_loc, num_slots) == block_id
                     hit_ok = hit[:, None] & dim_ok[None, :]
-                    x = tl.where(hit_ok, x_ahead, 0.0).to(tl.float32)       # rows past the call's end are no hits: all are preloaded
+                    x = _convert(tl.where(hit_ok, x_ahead, 0.0), tl.float32)       # rows past the call's end are no hits: all are preloaded
                     member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
                     # A block whose first slot is written now starts over: stored exponents and other slots are stale.
                     fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
@@ -968,7 +1258,7 @@ def _append_runs_kernel(
             # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
             whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
             if whole:
-                x = x_ahead.to(tl.float32)
+                x = _convert(x_ahead, tl.float32)
                 exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
                 block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                 tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
@@ -977,7 +1267,7 @@ def _append_runs_kernel(
                 hit = _block_of(member_loc, num_slots) == block_id
                 hit_ok = hit[:, None] & dim_ok[None, :]
                 x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
-                x = tl.where(hit_ok, x, 0.0).to(tl.float32)
+                x = _convert(tl.where(hit_ok, x, 0.0), tl.float32)
                 member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
                 # A block whose first slot is written now starts over: stored exponents and other slots are stale.
                 fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
@@ -1010,6 +1300,10 @@ _RESCALE_ROWS = 16
 # slices dealt out to the run's entries, r slices a round, one round trip after another (H200, 2048-token
 # batches of 1-300-token sequences: 4.70-4.81 us; 4.89-5.05 with 4 here; 4.63-5.26 without).
 _SHORT_RUN = 8
+# The spec's register cap (lone_registers) was tuned with this Triton minor version; other versions
+# allocate registers differently (Triton 3.9 spills under the same cap), so they launch uncapped.
+_REGISTER_CAPS_TRITON = "3.6"
+_REGISTER_CAPS = ".".join(triton.__version__.split(".")[:2]) == _REGISTER_CAPS_TRITON
 # Threads per warp: a fresh run's slices hold at least one value index per thread of the lone kernel.
 _WARP_THREADS = 32
 
@@ -1049,10 +1343,25 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     pdl: launch the first as a programmatic dependent of the stream's previous kernel (sm_90+; see
         _chain); None: the spec's `dependent_launch` knob.
     """
+    tensors = (loc, v, *cache) if isinstance(cache, tuple) else None
+    key = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH, PTX_RESCALE)) if tensors is not None else None
+    plan = _PLANS["append"].get(key)
+    if plan is not None:      # this call signature passed every check before: replay its launches
+        _check_disjoint(_STORE_NAMES, tensors, _STORE_WRITTEN, plan.extents)
+        plan.run(tensors)
+        return
+    page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store((v,), loc, cache, page_size)
     n_tokens, heads, values = srcs[0].shape
-    if n_tokens == 0:
-        return
+    plan = _plan_for(_append_lone_kernel, tensors, loc.device)
+    if n_tokens:
+        _append_launches(srcs, loc, cache, page_size, geo, num_pages, pdl, plan, tensors)
+    _remember(_PLANS["append"], key, plan)
+
+
+def _append_launches(srcs: tuple, loc, cache, page_size: int, geo: dict, num_pages: int, pdl, plan, tensors: tuple) -> None:
+    """append's two launches for checked arguments (recorded into `plan` when it is not None)."""
+    n_tokens, heads, values = srcs[0].shape
     knobs = LAUNCH["append"]
     args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
             loc, n_tokens, num_pages * page_size, *cache)
@@ -1064,24 +1373,24 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     runs_pdl = _dependent_launch(loc.device)         # the runs kernel a dependent of the lone kernel
     chain = _chain("append", loc.device, pdl)        # the lone kernel one of the stream's previous kernel
     # One entry per program (a decode step's): capped registers fit more programs on an SM at once.
-    lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] else {}
+    lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] and _REGISTER_CAPS else {}
     # ... and then write fresh runs too, slices of each tile dealt out to a run's entries (up to 32 slices, each
     # within one head and at least a value index per thread: a slice the program's warps shared each would load).
     fresh_runs = knobs["lone_fresh_runs"] and chunks == 1
     slice_values = min(columns, max(head_tile * columns // 32, _WARP_THREADS * knobs["lone_warps"]))
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
-    _append_lone_kernel[grid](*args, HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
+    _launch(_append_lone_kernel, grid, args, dict(HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
                               FRESH_RUNS=fresh_runs, SLICE=slice_values, SHORT_RUN=_SHORT_RUN,
                               SHORT_HEADS=max(1, head_tile // 2), RELEASE_RUNS=runs_pdl,
                               WORD=_scale_word_bytes(cache, geo, page_size),
                               WORD_RESCALE=columns >= 4 and _word_rescale(cache, geo, loc.device),
                               PDL=chain["PDL"], num_warps=knobs["lone_warps"], **lone_cap,
-                              **({"launch_pdl": True} if chain["PDL"] else {}), **geo)
+                              **({"launch_pdl": True} if chain["PDL"] else {}), **geo), plan, tensors)
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (_cdiv(n_tokens, entries), len(PLANES) * heads, _cdiv(values, columns))
-    _append_runs_kernel[grid](*args, ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
+    _launch(_append_runs_kernel, grid, args, dict(ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
                               PRELOAD=chunks > 1, FRESH_RUNS=fresh_runs, PDL=runs_pdl, EARLY_RELEASE=chain["EARLY_RELEASE"],
-                              num_warps=knobs["num_warps"], **({"launch_pdl": True} if runs_pdl else {}), **geo)
+                              num_warps=knobs["num_warps"], **({"launch_pdl": True} if runs_pdl else {}), **geo), plan, tensors)
 
 
 @triton.jit
@@ -1139,18 +1448,36 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
+    given = out is not None
+    tensors = (token_ids, *cache, *((out,) if len(PLANES) == 1 else tuple(out))) if given else (token_ids, *cache)
+    key = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH)) if isinstance(cache, tuple) and (not given or len(PLANES) == 1
+                                                                                  or isinstance(out, (tuple, list))) else None
+    plan = _PLANS["gather_dequant"].get(key)
+    if plan is not None:      # this call signature passed every check before: replay its launch
+        if given:
+            _check_disjoint(_GATHER_NAMES, tensors, _GATHER_WRITTEN, plan.extents)
+            outs = tensors[1 + len(Cache._fields):]
+        else:
+            outs = tuple(torch.empty(shape, dtype=dtype, device=token_ids.device) for shape, dtype in plan.outputs)
+            tensors = tensors + outs
+        plan.run(tensors)
+        return outs[0] if len(PLANES) == 1 else outs
+    page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     n_tokens = token_ids.shape[0]
-    if n_tokens == 0:
-        return outs[0] if len(PLANES) == 1 else outs
-    lanes = len(PLANES) * geo["HEADS"]
-    launch = _launch("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, lanes, token_ids.device))
-    group = _lane_group(lanes, LAUNCH["gather_dequant"]["lane_group"])
-    grid = (_cdiv(n_tokens, launch["BLOCK_T"]) * group, lanes // group)
-    _gather_dequant_kernel[grid](
-        *cache, token_ids, n_tokens, num_pages * page_size,
-        *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))),
-        LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **_chain("gather_dequant", token_ids.device, pdl), WORD=_scale_word_bytes(cache, geo, page_size), **launch, **geo)
+    plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, *outs), token_ids.device)
+    if plan is not None and not given:
+        plan.outputs = tuple((o.shape, o.dtype) for o in outs)
+    if n_tokens:
+        lanes = len(PLANES) * geo["HEADS"]
+        launch = _launch_shape("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, lanes, token_ids.device))
+        group = _lane_group(lanes, LAUNCH["gather_dequant"]["lane_group"])
+        grid = (_cdiv(n_tokens, launch["BLOCK_T"]) * group, lanes // group)
+        args = (*cache, token_ids, n_tokens, num_pages * page_size, *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))))
+        constexprs = dict(LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **_chain("gather_dequant", token_ids.device, pdl),
+                          WORD=_scale_word_bytes(cache, geo, page_size), **launch, **geo)
+        _launch(_gather_dequant_kernel, grid, args, constexprs, plan, (token_ids, *cache, *outs))
+    _remember(_PLANS["gather_dequant"], key, plan)
     return outs[0] if len(PLANES) == 1 else outs
 
 
@@ -1159,7 +1486,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
     heads, values = _cache_dims(cache)
     device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
     _check_index("token_ids", token_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape))
     n_tokens = token_ids.shape[0]
     if out is None:
         out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
@@ -1171,6 +1498,8 @@ def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
+    tensors = (token_ids, *cache, *outs)
+    _check_disjoint(_GATHER_NAMES, tensors, _GATHER_WRITTEN, tuple(_extent(t) for t in tensors))
     return outs, geo, num_pages
 
 # --- pure-torch references: the same bytes as the kernels, on any device -------------------------
@@ -1238,8 +1567,10 @@ def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32)
 
 
-def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int) -> None:
-    """Pure-torch twin of append: the same leaders, windows and bytes (one leader at a time)."""
+def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
+    """Pure-torch twin of append: the same leaders, windows and bytes (one leader at a time; pdl, a
+    launch option, is accepted and ignored)."""
+    page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store((v,), loc, cache, page_size)
     G = SimpleNamespace(**geo)
     n_tokens, heads, values = srcs[0].shape
@@ -1288,8 +1619,9 @@ def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int)
             scales[sc_addr] = (exponent + 127).to(torch.uint8)
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None):
-    """Pure-torch twin of gather_dequant: returns the same bytes."""
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+    """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
+    page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     G = SimpleNamespace(**geo)
     heads = G.HEADS

@@ -53,7 +53,15 @@ def test_layout_modules_import_only_torch_and_triton(name):
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             roots.add((node.module or "").split(".")[0] if node.level == 0 else "<relative>")
-    assert roots <= {"__future__", "functools", "types", "typing", "torch", "triton"}, roots
+    assert roots <= {"__future__", "functools", "operator", "types", "typing", "torch", "triton"}, roots
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_layout_modules_carry_the_host_runtime_verbatim(name):
+    """codegen/runtime/host.py below its COPY marker is in every module as it is (reviewed once there)."""
+    from codegen import render
+    body = render.runtime_source("host")
+    assert body.count("\ndef ") >= 5 and body in GENERATED[f"generated/{name}.py"]
 
 
 def _module_source(name: str) -> str:

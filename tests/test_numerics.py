@@ -1,5 +1,5 @@
 """Numerics that do not depend on comparing kernels with references: the scale rule against its
-definition, quantization error bounds, and the interpreter's GPU conversions."""
+definition, quantization error bounds, and the generated conversions against the GPU's."""
 import pytest
 import torch
 import triton
@@ -114,16 +114,34 @@ def test_quantization_error_is_half_an_fp8_step(name):
 
 
 @triton.jit
-def _convert_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+def _map_kernel(x_ptr, y_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + offs, FN(tl.load(x_ptr + offs, mask=mask)), mask=mask)
 
 
-def convert(x: torch.Tensor, dtype) -> torch.Tensor:
-    y = torch.empty(x.shape, dtype=dtype, device=x.device)
-    _convert_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    return y
+@triton.jit
+def _convert_kernel(x_ptr, y_ptr, n, CONVERT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, CONVERT(tl.load(x_ptr + offs, mask=mask), y_ptr.dtype.element_ty), mask=mask)
+
+
+def apply(fn, x: torch.Tensor, dtype) -> torch.Tensor:
+    """A generated @triton.jit element function on every element of x, on the test device (the GPU, or
+    the stock interpreter: there the generated code takes its exact integer path)."""
+    x = x.to(DEVICE)
+    y = torch.empty(x.shape, dtype=dtype, device=DEVICE)
+    _map_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), fn, BLOCK=1024)
+    return y.cpu()
+
+
+def convert(m, x: torch.Tensor, dtype) -> torch.Tensor:
+    """x converted to dtype by a generated module's _convert."""
+    x = x.to(DEVICE)
+    y = torch.empty(x.shape, dtype=dtype, device=DEVICE)
+    _convert_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), m._convert, BLOCK=1024)
+    return y.cpu()
 
 
 def bits(t):
@@ -137,35 +155,73 @@ FACTS_ENCODE = [  # fp32 value -> e4m3fn code, as cvt.rn.satfinite.e4m3x2.f32 gi
 ]
 FACTS_BF16 = [(1 + 2 ** -8, 0x3F80), (1 + 3 * 2 ** -8, 0x3F82), (float("nan"), 0x7FFF), (-float("nan"), 0x7FFF),
               (3.4e38, 0x7F80), (-2.0 ** -135, -0x8000)]
+# Per element format: a layout to take its generated encoder and decoder from, torch's dtype,
+# the largest finite value and the NaN code the encoders write.
+FORMATS = {
+    "fp8_e4m3fn": ("mxfp8_kv", torch.float8_e4m3fn, 448.0, 0x7F),
+    "fp8_e5m2": ("zoo_e5m2_floor", torch.float8_e5m2, 57344.0, 0x7F),
+    "fp8_e4m3fnuz": ("zoo_fnuz_ceil_fp32", torch.float8_e4m3fnuz, 240.0, 0x80),
+}
+
+
+def random_fp32(n: int, seed: int) -> torch.Tensor:
+    """n uniformly random fp32 bit patterns (NaNs, infinities and subnormals among them)."""
+    x = torch.randint(-2 ** 31, 2 ** 31 - 1, (n,), dtype=torch.int64, generator=generator(seed))
+    return x.to(torch.int32).view(torch.float32)
 
 
 def test_conversions_match_the_gpu():
-    """The GPU's own fp8/bf16 conversions (facts measured on an H200, tools/probe_numerics.py);
-    under the interpreter this exercises tests/interpreter_fp8.py."""
-    x = torch.tensor([v for v, _ in FACTS_ENCODE], dtype=torch.float32, device=DEVICE)
-    got = bits(convert(x, torch.float8_e4m3fn)).cpu().tolist()
-    assert got == [c for _, c in FACTS_ENCODE]
-    x = torch.tensor([v for v, _ in FACTS_BF16], dtype=torch.float32, device=DEVICE)
-    assert bits(convert(x, torch.bfloat16)).cpu().tolist() == [c for _, c in FACTS_BF16]
-    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).to(DEVICE)
-    decoded = bits(convert(codes, torch.float32)).cpu()
-    expect = bits(codes.cpu().to(torch.float32))
-    nan = torch.tensor([0x7F, 0xFF])
-    assert torch.equal(decoded[nan], torch.tensor([0x7FFFFFFF, 0x7FFFFFFF], dtype=torch.int32))
-    keep = torch.ones(256, dtype=torch.bool)
-    keep[nan] = False
-    assert torch.equal(decoded[keep], expect[keep])
+    """The generated conversions give the H200's measured results (tools/probe_numerics.py), on the
+    GPU and under the stock interpreter alike."""
+    m = module("mxfp8_kv")
+    x = torch.tensor([v for v, _ in FACTS_ENCODE], dtype=torch.float32)
+    assert bits(apply(m._encode_fp8_e4m3fn, x, torch.uint8)).tolist() == [c for _, c in FACTS_ENCODE]
+    x = torch.tensor([v for v, _ in FACTS_BF16], dtype=torch.float32)
+    assert bits(convert(m, x, torch.bfloat16)).tolist() == [c for _, c in FACTS_BF16]
 
 
-@pytest.mark.skipif(ON_GPU, reason="checks the CPU interpreter patch")
-def test_interpreter_patch_matches_the_measured_gpu_rule_on_every_bf16_pattern():
-    """fp32 -> e4m3fn through the interpreter equals RNE-with-saturation (what the H200 did for all
-    2^32 fp32 inputs, tools/probe_numerics.py) on every bf16 bit pattern."""
-    x = all_bf16().to(torch.float32)
-    got = bits(convert(x, torch.float8_e4m3fn))
-    q = torch.where(x.isnan(), x, x.clamp(-448, 448))
-    want = torch.where(q.isnan(), 0x7F, bits(q.to(torch.float8_e4m3fn)).to(torch.int32)).to(torch.uint8)
+@pytest.mark.parametrize("element", sorted(FORMATS))
+def test_encoder_is_round_to_nearest_even_with_saturation(element):
+    """A format's encoder on every bf16 bit pattern and 2^20 random fp32 ones: round to nearest even
+    after saturating to +-fmax (infinities included), every NaN to the NaN code: the H200's
+    cvt.rn.satfinite for all 2^32 fp32 inputs (tools/probe_numerics.py). This checks the integer
+    encoder for e4m3fnuz everywhere, and for every format under the interpreter."""
+    name, dtype, fmax, nan_code = FORMATS[element]
+    x = torch.cat([all_bf16().to(torch.float32), random_fp32(1 << 20, 5)])
+    got = apply(getattr(module(name), f"_encode_{element}"), x, torch.uint8)
+    q = torch.where(x.isnan(), x, x.clamp(-fmax, fmax))
+    want = torch.where(q.isnan(), nan_code, bits(q.to(dtype)).to(torch.int32)).to(torch.uint8)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("element", sorted(FORMATS))
+def test_decoder_is_exact_on_every_code(element):
+    """A format's decoder on all 256 codes: torch's value, and the canonical NaN for NaN codes."""
+    name, dtype, _, _ = FORMATS[element]
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    got = bits(apply(getattr(module(name), f"_decode_{element}"), codes, torch.float32))
+    want = codes.view(dtype).to(torch.float32)
+    want = torch.where(want.isnan(), torch.tensor(0x7FFFFFFF, dtype=torch.int32), bits(want))
+    assert torch.equal(got, want)
+
+
+FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@pytest.mark.parametrize("dst", FLOATS, ids=str)
+@pytest.mark.parametrize("src", FLOATS, ids=str)
+def test_float_conversion_is_the_gpus(src, dst):
+    """_convert (every source load, raw copy and output store of a kernel) on every 16-bit pattern, or
+    2^20 random fp32 ones and rounding ties, equals the references' cast: round to nearest even, the
+    canonical NaN for narrowing and fp16 widening, bf16 widening and same-dtype copies keeping their
+    bits. (The stock interpreter alone flushes bf16 subnormals and truncates to bf16.)"""
+    m = module("dsv4_k")
+    if src == torch.float32:
+        ties = torch.tensor([0x7F7FFFFF, 0x7F7F8000, 0x3F808000, 0x3F818000, 0x00008000, 0x80018000], dtype=torch.int64).to(torch.int32)
+        x = torch.cat([random_fp32(1 << 20, 6), ties.view(torch.float32)])
+    else:
+        x = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(src)
+    assert torch.equal(bits(convert(m, x, dst)), bits(m._ref_cast(x, dst, computed=False)))
 
 
 @triton.jit
@@ -204,11 +260,11 @@ def test_fp16_rescale_route(element):
     """The seq-blocked append's rescale on sm_90 (_rescale_words: codes to f16x2, mul.rn.f16x2 by the
     factor 2^shift in fp16, cvt.rn.satfinite back) against the references' fp32 rescale, for every
     code and every shift a grown exponent can make (-1 .. -254), emulated on the CPU with the GPU's
-    conversions (tests/interpreter_fp8.py) and torch's fp16 multiply (one rounding: the product of
+    conversions (tests/gpu_conversions.py) and torch's fp16 multiply (one rounding: the product of
     two fp16 values is exact in fp32). e4m3fn: the same bytes everywhere. e5m2 (which does not take
     the route) differs where fp16 flushes the factor to zero (shifts past -24): its codes reach
     57344, so their rescaled values are still e5m2 codes there (and infinity times zero is NaN)."""
-    from tests.interpreter_fp8 import gpu_convert
+    from tests.gpu_conversions import gpu_convert
     m = module({"fp8_e4m3fn": "mxfp8_v_seqblocked", "fp8_e5m2": "zoo_tokens_nearest"}[element])
     tl_code = {"fp8_e4m3fn": tl.float8e4nv, "fp8_e5m2": tl.float8e5}[element]
     shifts = torch.arange(-254, 0, dtype=torch.int32)

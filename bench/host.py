@@ -1,0 +1,161 @@
+"""`kvlayout bench --host`: eager host time per call of every op, the seeds side by side (GPU).
+
+Serving stacks call cache kernels eagerly whenever CUDA graphs are off (prefill, extend, debug runs),
+so the time the host spends per call matters as much as the GPU's. Each row is the wall time of
+CALLS back-to-back calls with the same arguments and no synchronization, divided by CALLS, after a
+warm-up (the compile and the first call's checks are not counted). The calls are decode-size, so
+the GPU finishes each kernel before the host issues the next and the launch queue never fills:
+what is timed is the host. A bare `torch.add` of two small tensors, timed alike in the same run,
+is the yardstick (the target is at most twice its time), and each compat op's seed kernel is
+timed alike on the same inputs when the seeds are given (`--seeds DIR`, the folder holding the
+seed files; see shared/seeds/README.md).
+
+    python -m bench.host [--seeds DIR] [--package generated] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CALLS = 2000
+WARMUP = 50
+DECODE_IDS = 2048           # a DSv4 decode gather: the seed's decode-size benchmark
+DENSE_ROWS = 2048           # to_mxfp8 / from_mxfp8 rows of 512
+STORE_TOKENS = 256          # a decode step's K/V rows
+
+
+def host_us(fn) -> float:
+    """Host microseconds per call of `fn` over CALLS calls, no synchronization between them."""
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / CALLS * 1e6
+
+
+def load_seed(folder: Path, name: str, file: str):
+    """A seed kernel file as a module (its one sglang import stubbed; triton.jit needs a real file)."""
+    text = (folder / file).read_text().split("\n", 2)[2]
+    text = text.replace("from sglang.srt.layers.quantization.fp8_kernel import is_fp8_fnuz", "is_fp8_fnuz = lambda: False")
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def rows(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda").to(dtype)
+
+
+def cases(package: str, seeds: Path | None) -> list:
+    """(name, size, ours, seed or None): every generated op at decode size, and the compat ops."""
+    dsv4 = importlib.import_module(f"{package}.dsv4_k")
+    kv = importlib.import_module(f"{package}.mxfp8_kv")
+    sb = importlib.import_module(f"{package}.mxfp8_v_seqblocked")
+    compat_dsv4 = importlib.import_module(f"{package}.compat.sglang_dsv4")
+    compat_mx = importlib.import_module(f"{package}.compat.sglang_mxfp8")
+    seed_dsv4 = load_seed(seeds, "seed_dsv4", "000_16deb6d8ac4f8665.txt") if seeds else None
+    seed_mx = load_seed(seeds, "seed_mxfp8", "003_4b64c289c97b569e.txt") if seeds else None
+    out = []
+
+    # DSv4: a decode gather of 2048 ids from 4096 pages of 64; the writer of 256 rows
+    page = 64
+    cache = dsv4.alloc_cache(4096, page, device="cuda")
+    ids = torch.randint(0, 4096 * page, (DECODE_IDS,), device="cuda", dtype=torch.int32)
+    k = rows(STORE_TOKENS, 1, 512)
+    loc = torch.randperm(4096 * page, device="cuda")[:STORE_TOKENS]
+    dsv4.quantize_store(rows(4096 * page // 8, 1, 512), torch.arange(4096 * page // 8, device="cuda") * 8, cache, page)
+    out.append(("dsv4_k.gather_dequant", f"{DECODE_IDS} ids", lambda: dsv4.gather_dequant(cache, ids, page), None))
+    out.append(("dsv4_k.quantize_store", f"{STORE_TOKENS} tok", lambda: dsv4.quantize_store(k, loc, cache, page), None))
+    x512 = rows(DENSE_ROWS, 512)
+    data, scale = dsv4.quantize(x512)
+    out.append(("dsv4_k.quantize", f"{DENSE_ROWS}x512", lambda: dsv4.quantize(x512), None))
+    out.append(("dsv4_k.dequantize", f"{DENSE_ROWS}x512", lambda: dsv4.dequantize(data, scale), None))
+    out.append(("compat dequantize_k_cache_paged", f"{DECODE_IDS} ids",
+                lambda: compat_dsv4.dequantize_k_cache_paged(cache.k_cache, ids, page),
+                (lambda: seed_dsv4.dequantize_k_cache_paged(cache.k_cache, ids, page)) if seeds else None))
+
+    # MXFP8 K/V: 256 decode rows of 8 heads x 128 into 1024 pages of 128
+    page, heads, values = 128, 8, 128
+    kvc = kv.alloc_cache(1024, page, heads=heads, values=values, device="cuda")
+    kk, vv = rows(STORE_TOKENS, heads, values), rows(STORE_TOKENS, heads, values)
+    kv_loc = torch.randperm(1024 * page, device="cuda")[:STORE_TOKENS]
+    kv_loc[kv_loc == 0] = 1
+    kv_ids = kv_loc.to(torch.int32)
+    out.append(("mxfp8_kv.quantize_store", f"{STORE_TOKENS} tok", lambda: kv.quantize_store(kk, vv, kv_loc, kvc, page), None))
+    out.append(("mxfp8_kv.gather_dequant", f"{STORE_TOKENS} ids", lambda: kv.gather_dequant(kvc, kv_ids, page), None))
+    out.append(("mxfp8_kv.quantize", f"{DENSE_ROWS}x512", lambda: kv.quantize(x512), None))
+    mxd, mxs = kv.quantize(x512)
+    out.append(("mxfp8_kv.dequantize", f"{DENSE_ROWS}x512", lambda: kv.dequantize(mxd, mxs), None))
+    out.append(("compat to_mxfp8", f"{DENSE_ROWS}x512", lambda: compat_mx.to_mxfp8(x512),
+                (lambda: seed_mx.to_mxfp8(x512)) if seeds else None))
+    mx = compat_mx.to_mxfp8(x512)
+    seed_tensor = seed_mx.to_mxfp8(x512) if seeds else None
+    out.append(("compat from_mxfp8", f"{DENSE_ROWS}x512", lambda: compat_mx.from_mxfp8(mx),
+                (lambda: seed_mx.from_mxfp8(seed_tensor)) if seeds else None))
+    out.append(("compat quant_store_kv_mxfp8", f"{STORE_TOKENS} tok",
+                lambda: compat_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, kvc.k_cache, kvc.v_cache, kvc.k_sf, kvc.v_sf, page),
+                (lambda: seed_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, kvc.k_cache, kvc.v_cache, kvc.k_sf, kvc.v_sf, page))
+                if seeds else None))
+
+    # seq-blocked V: 256 rows of 8 heads x 128, one per sequence, into 1024 pages of 128
+    sbc = sb.alloc_cache(1024, page, heads=heads, values=values, device="cuda")
+    sb_loc = (torch.randperm(1024, device="cuda")[:STORE_TOKENS] * page + 5).to(torch.int64)
+    out.append(("mxfp8_v_seqblocked.append", f"{STORE_TOKENS} tok", lambda: sb.append(vv, sb_loc, sbc, page), None))
+    out.append(("mxfp8_v_seqblocked.gather_dequant", f"{STORE_TOKENS} ids",
+                lambda: sb.gather_dequant(sbc, sb_loc, page), None))
+    out.append(("compat update_mxfp8_v_cache_seqblocked", f"{STORE_TOKENS} tok",
+                lambda: compat_mx.update_mxfp8_v_cache_seqblocked(vv, sb_loc, sbc.v_cache, sbc.v_sf),
+                (lambda: seed_mx.update_mxfp8_v_cache_seqblocked(vv, sb_loc, sbc.v_cache, sbc.v_sf)) if seeds else None))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="kvlayout bench --host", description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=Path, help="folder of the seed kernel files, to time them side by side")
+    p.add_argument("--package", default="generated", help="import the layout modules from this package")
+    p.add_argument("--json", type=Path, help="write the results here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kvlayout bench --host needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    a, b = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
+    add_us = host_us(lambda: torch.add(a, b))
+    results = []
+    for name, size, ours, seed in cases(args.package, args.seeds):
+        results.append({"op": name, "size": size, "host_us": host_us(ours),
+                        "seed_host_us": host_us(seed) if seed else None})
+    print(f"host time per eager call ({CALLS} calls, no sync), package {args.package}; "
+          f"bare torch.add: {add_us:.1f} us (target <= {2 * add_us:.1f} us)")
+    print(f"{'op':<42} {'size':<12} {'us':>7} {'seed us':>8} {'/ add':>6}")
+    for r in results:
+        seed = f"{r['seed_host_us']:8.1f}" if r["seed_host_us"] is not None else " " * 8
+        print(f"{r['op']:<42} {r['size']:<12} {r['host_us']:7.1f} {seed} {r['host_us'] / add_us:6.2f}")
+    if args.json:
+        from bench.run import environment
+        args.json.write_text(json.dumps({"environment": environment(), "package": args.package,
+                                         "torch_add_us": add_us, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Host runtime shared by every generated module: cheap repeated launches and argument rules.
+
+Everything below the COPY marker is copied verbatim into each generated module (which must stay
+one standalone file importing only torch and triton), so it is ordinary, lintable Python here and
+reviewed once. It uses only the names imported above the marker.
+
+Launch plans. An op's first call with a given argument *signature* (every tensor's shape,
+strides, dtype, device and pointer alignment, and the scalar arguments) validates everything and
+launches through Triton's JIT as usual; its launches are recorded as a plan: the compiled kernel,
+grid and arguments of each, with the call's tensors left as slots. A later call with the same
+signature skips the checks that depend only on the signature (they passed), checks what depends
+on the pointers (no written buffer overlaps another argument) and replays the plan with its own
+tensors, calling the compiled kernel's launcher directly as Triton's JIT does after its binding.
+The signature includes every fact Triton specializes a launch on (dtypes, 16-byte alignment of
+pointers, integers equal to 1 or divisible by 16, their width), so a plan's kernel is the one
+Triton itself would pick. Plans exist only for compiled kernels on CUDA devices: under the
+interpreter every call takes the checked path.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import triton
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+def _index(value, name: str, least: int = 1) -> int:
+    """An integer argument (a Python or numpy integer, not a bool or float) of at least `least`."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"{name}: expected an int, got {value!r}")
+    value = operator.index(value)
+    if value < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {value}")
+    return value
+
+
+def _signature(tensors: tuple, scalars: tuple):
+    """The key of a call's launch plan: every tensor's shape, strides, dtype, device and pointer
+    alignment (low 4 bits), the scalar arguments (with their types, so 64.0 is not 64) and the current
+    CUDA device. None when an argument is not a tensor (the checked path then names it)."""
+    try:
+        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in tensors]
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    parts.append(tuple((type(s), s) for s in scalars))
+    parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
+    return tuple(parts)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from a tensor's first element to one past its last (0 for an empty tensor)."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def _check_disjoint(names: tuple, tensors: tuple, written: tuple, extents: tuple) -> None:
+    """ValueError when a written tensor's bytes overlap another argument's (aliasing would race)."""
+    spans = [(t.data_ptr(), t.data_ptr() + n) for t, n in zip(tensors, extents)]
+    for w in written:
+        lo, hi = spans[w]
+        if hi == lo:
+            continue
+        for i, (a, b) in enumerate(spans):
+            if i != w and a < hi and lo < b:
+                raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; a written buffer must not alias "
+                                 "any other argument")
+
+
+class _Plan:
+    """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
+    naming which argument positions take which of the call's tensors."""
+
+    __slots__ = ("launches", "extents", "recordable", "outputs")
+
+    def __init__(self, extents: tuple):
+        self.launches = []
+        self.extents = extents        # bytes each of the call's tensors spans (for the aliasing check)
+        self.recordable = True
+        self.outputs = ()             # (shape, dtype) of each output the op allocates itself
+
+    def record(self, compiled, grid: tuple, kernel, args: tuple, constexprs: dict, tensors: tuple) -> None:
+        """Add a launch: its arguments in the kernel's parameter order, the call's tensors replaced
+        by slots (matched in order by identity, or by pointer and dtype for views of them)."""
+        if compiled is None or not hasattr(compiled, "packed_metadata"):
+            self.recordable = False
+            return
+        values, slots, used = [], [], set()
+        for position, name in enumerate(kernel.arg_names):
+            value = args[position] if position < len(args) else constexprs.get(name, _MISSING)
+            if value is _MISSING:
+                self.recordable = False
+                return
+            if isinstance(value, torch.Tensor):
+                match = _match(value, tensors, used)
+                if match is None:
+                    self.recordable = False
+                    return
+                used.add(match)
+                slots.append((position, match))
+                value = None                  # the plan keeps no tensor alive
+            values.append(value)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.launches.append((compiled, grid, values, tuple(slots)))
+
+    def run(self, tensors: tuple) -> None:
+        """Launch every recorded kernel with this call's tensors, on the current stream."""
+        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())     # as Triton's launches take it
+        hooks = triton.knobs.runtime
+        for compiled, grid, values, slots in self.launches:
+            args = values.copy()
+            for position, index in slots:
+                args[position] = tensors[index]
+            enter = hooks.launch_enter_hook
+            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *args)
+            compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
+                         enter, hooks.launch_exit_hook, *args)
+
+
+_MISSING = object()
+
+
+def _match(value: torch.Tensor, tensors: tuple, used: set):
+    """The index of the call tensor a kernel argument is: the tensor itself, else a view of it (the
+    same first byte; same dtype preferred), the first not yet used; None if none is."""
+    free = [i for i in range(len(tensors)) if i not in used]
+    for same in (lambda t: t is value, lambda t: t.data_ptr() == value.data_ptr() and t.dtype == value.dtype,
+                 lambda t: t.data_ptr() == value.data_ptr()):
+        match = next((i for i in free if same(tensors[i])), None)
+        if match is not None:
+            return match
+    return None
+
+
+def _launch(kernel, grid: tuple, args: tuple, constexprs: dict, plan, tensors: tuple) -> None:
+    """Launch a @triton.jit kernel through Triton's JIT (which compiles it once per specialization)
+    and, for a plan being recorded, add the launch to it."""
+    compiled = kernel[grid](*args, **constexprs)
+    if plan is not None:
+        plan.record(compiled, grid, kernel, args, constexprs, tensors)
+
+
+def _plan_for(kernel, tensors: tuple, device) -> _Plan | None:
+    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere)."""
+    if device.type != "cuda" or not isinstance(kernel, triton.runtime.JITFunction):
+        return None
+    return _Plan(tuple(_extent(t) for t in tensors))
+
+
+def _remember(plans: dict, key, plan) -> None:
+    """Keep a recorded plan under its call signature (at most _MAX_PLANS per op: a new one past
+    that starts the op's plans afresh, so a stream of ever-new shapes cannot grow them)."""
+    if key is None or plan is None or not plan.recordable:
+        return
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[key] = plan
+
+
+_MAX_PLANS = 256

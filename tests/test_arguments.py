@@ -1,0 +1,202 @@
+"""Argument handling of the generated modules: bad calls raise ValueError naming the argument before
+any launch, caches carry their page size in their shape, and launch plans (the cheap path of a
+repeated call) give the checked path's bytes and keep its per-call checks."""
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import DEVICE, ON_GPU
+from tests.corpus import generator, scaled_normal
+from tests.harness import LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module
+
+
+def raises(match: str, fn, *args, **kwargs):
+    with pytest.raises(ValueError, match=match):
+        fn(*args, **kwargs)
+
+
+def kv_setup(pages: int = 4, page: int = 32, heads: int = 2, values: int = 64, tokens: int = 8):
+    m = module("mxfp8_kv")
+    cache = m.alloc_cache(pages, page, heads=heads, values=values, device=DEVICE)
+    x = scaled_normal((tokens, heads, values), generator(30)).to(DEVICE)
+    loc = torch.arange(1, tokens + 1, device=DEVICE)
+    return m, cache, x, loc
+
+
+def test_page_size_is_checked_on_every_call():
+    """geometry() caches its results, but its type checks run on every call: 64.0 and True are
+    rejected after 64 and 1 were used; numpy integers are taken as ints."""
+    m = module("mxfp8_kv")
+    m.geometry(64, 2, 64)
+    m.geometry(32, 1, 32)
+    raises("page_size: expected an int, got 64.0", m.geometry, 64.0, 2, 64)
+    raises("page_size: expected an int, got True", m.geometry, True, 2, 64)
+    raises("heads: expected an int >= 1, got 0", m.geometry, 64, 0, 64)
+    assert m.geometry(np.int64(64), 2, 64) == m.geometry(64, 2, 64)
+    _, cache, x, loc = kv_setup()
+    raises("page_size: expected an int", m.quantize_store, x, x, loc, cache, 32.0)
+    m.quantize_store(x, x, loc, cache, np.int64(32))
+
+
+@pytest.mark.parametrize("name", cases("quantize_store") + cases("append") + cases("gather_dequant"))
+def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
+    """Every cache tensor's first dim counts pages, so another page size is an error, whichever way
+    the byte counts divide (the compat default page_size=128 on 32-slot caches was one)."""
+    m = module(name)
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
+    ids = torch.arange(4, device=DEVICE)
+    for wrong in (2 * page, 4 * page):
+        if "gather_dequant" in m.OPS:
+            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, m.gather_dequant, cache, ids, wrong)
+        writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
+        if writer is not None:
+            rows = torch.ones(4, heads, values, device=DEVICE)
+            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, writer, *[rows] * len(m.PLANES), ids, cache, wrong)
+    raises("page_size: a page of page_size=", m.gather_dequant if "gather_dequant" in m.OPS else m.append,
+           *((cache, ids) if "gather_dequant" in m.OPS else ([torch.ones(4, heads, values, device=DEVICE)] * len(m.PLANES)
+                                                              + [ids, cache])), 2 ** 40)
+
+
+def test_compat_default_page_size_is_checked():
+    compat = pytest.importorskip("generated.compat.sglang_mxfp8")
+    m, cache, x, loc = kv_setup()
+    raises("page_size=128", compat.quant_store_kv_mxfp8, x, x, loc, cache.k_cache, cache.v_cache, cache.k_sf, cache.v_sf)
+
+
+def test_sources_must_match_the_cache_heads_and_values():
+    m, cache, x, loc = kv_setup()
+    raises(r"k: shape \(8, 1, 64\) has 1 head\(s\) of 64 values, the cache 2 of 64",
+           m.quantize_store, x[:, :1], x[:, :1], loc, cache, 32)
+    raises(r"k: shape \(8, 2, 32\) has 2 head\(s\) of 32 values, the cache 2 of 64",
+           m.quantize_store, x[..., :32], x[..., :32], loc, cache, 32)
+    raises(r"k: shape \(8, 0, 64\) has no heads or no values", m.quantize_store,
+           x[:, :0], x[:, :0], loc, cache, 32)
+    raises("k: is a meta tensor", m.quantize_store, torch.empty(8, 2, 64, device="meta"), x, loc, cache, 32)
+    raises("values: expected an int >= 1, got 0", m.alloc_cache, 1, 32, heads=2, values=0)
+
+
+def test_size_errors_name_the_tensor_that_gave_the_size():
+    """A value count the layout cannot take is reported against the tensor it came from."""
+    m = module("mxfp8_kv")
+    cache = m.Cache(*(torch.zeros((1, 32, 2, 40) if "cache" in f else (1, 2, 32, 1, 2), dtype=torch.uint8, device=DEVICE)
+                      for f in m.Cache._fields))
+    raises(r"cache\.k_cache: shape \(1, 32, 2, 40\): values: the value count must be a multiple of 32",
+           m.gather_dequant, cache, torch.arange(2, device=DEVICE), 32)
+    rows = torch.ones(2, 2, 40, device=DEVICE)
+    raises(r"k: shape \(2, 2, 40\): values: the value count must be a multiple of 32",
+           m.quantize_store, rows, rows, torch.arange(2, device=DEVICE), cache, 32)
+
+
+def test_written_buffers_must_not_alias_other_arguments():
+    m, cache, x, loc = kv_setup()
+    aliased = m.Cache(cache.k_cache, cache.k_sf, cache.k_cache, cache.v_sf)
+    raises("cache.k_cache: overlaps cache.v_cache", m.quantize_store, x, x, loc, aliased, 32)
+    m.quantize_store(x, x, loc, cache, 32)      # k and v may be one tensor: both are only read
+    workspace = torch.empty(2, 8, 2, 64, dtype=torch.bfloat16, device=DEVICE)
+    raises(r"out \(k\): overlaps out \(v\)", m.gather_dequant, cache, loc, 32, out=(workspace[0], workspace[0]))
+    over = cache.k_cache.view(torch.uint8).view(-1)[: 8 * 2 * 64 * 2].view(torch.bfloat16).view(8, 2, 64)
+    raises(r"out \(k\): overlaps cache.k_cache", m.gather_dequant, cache, loc, 32, out=(over, workspace[1]))
+    shared = torch.zeros(8 * 2 * 64 // 4, dtype=torch.int64, device=DEVICE)    # ids in the first bytes of out
+    raises(r"out \(k\): overlaps token_ids", m.gather_dequant, cache, shared[:8], 32,
+           out=(shared.view(torch.bfloat16).view(8, 2, 64), workspace[1]))
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_alloc_cache_gives_every_buffer_its_page_bytes(name):
+    """alloc_cache/cache_shapes: each buffer's tensor holds exactly its model's page bytes per page
+    (an fp32 scale buffer too), and the module's own checks accept it; the default device is
+    torch's default (the CPU here unless set otherwise)."""
+    from codegen import build
+    from tests.layouts import ROOT
+    m = module(name)
+    heads, values, page = dims(m)
+    folder = ROOT / "specs" if name in SPECS else ROOT / "tests" / "specs"
+    layout = build.build_layout(*build.load_spec(folder / f"{name}.yaml", ROOT)[1:])
+    sizes = {"page_size": page, "heads": heads, "values": values}
+    geo = m.geometry(page, heads, values)
+    for field, plane, buffer in layout.cache_fields:
+        shape, dtype = m.cache_shapes(3, page, heads=heads, values=values)[field]
+        nbytes = torch.empty(shape, dtype=dtype, device="meta").numel() * dtype.itemsize
+        assert nbytes == 3 * buffer.page_bytes.evaluate(sizes) == 3 * geo[buffer.page_bytes_name], field
+    cache = m.alloc_cache(3, page, heads=heads, values=values)
+    assert all(t.device == torch.empty(0).device for t in cache)
+    m._check_cache(cache, page, heads, values, cache[0].device, ("cache", cache[0].shape))
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_references_take_every_argument_of_their_kernels(name):
+    import inspect
+    m = module(name)
+    for op in m.OPS:
+        kernel, ref = inspect.signature(getattr(m, op)), inspect.signature(getattr(m, f"{op}_ref"))
+        assert list(kernel.parameters) == list(ref.parameters), op
+
+
+# --- launch plans ---------------------------------------------------------------------------------
+
+def test_signature_tells_apart_what_triton_specializes_on():
+    m = module("mxfp8_kv")
+    x = torch.zeros(64, dtype=torch.bfloat16)
+    base = m._signature((x,), (64,))
+    assert base == m._signature((torch.zeros(64, dtype=torch.bfloat16),), (64,)) or base[0][4] != 0
+    assert m._signature((x[1:],), (64,)) != base                       # shape, and 2-byte misalignment
+    assert m._signature((x.view(8, 8).t(),), (64,)) != m._signature((x.view(8, 8),), (64,))   # strides
+    assert m._signature((x.float(),), (64,)) != base                    # dtype
+    assert m._signature((x,), (64.0,)) != base and m._signature((x,), (True,)) != m._signature((x,), (1,))
+    assert m._signature((x, 3), (64,)) is None                          # not a tensor: the checked path names it
+
+
+def test_plan_slots_match_each_call_tensor_once():
+    """A kernel argument is the call tensor itself or a view of it; two tensors with one first byte
+    (k is v) take their slots in order."""
+    m = module("mxfp8_kv")
+    k = torch.zeros(4, 2, 8)
+    loc = torch.zeros(4, dtype=torch.int64)
+    used, got = set(), []
+    for a in (k.view(4, 16), k, loc):
+        got.append(m._match(a, (loc, k, k), used))
+        used.add(got[-1])
+    assert got == [1, 2, 0]
+    assert m._match(torch.zeros(3), (loc, k), set()) is None
+
+
+def test_disjoint_check_and_extents():
+    m = module("mxfp8_kv")
+    buf = torch.zeros(100, dtype=torch.uint8)
+    a, b = buf[:50], buf[50:]
+    assert m._extent(buf[::2]) == 99 and m._extent(buf[:0]) == 0
+    m._check_disjoint(("a", "b"), (a, b), (0, 1), (50, 50))
+    raises("b: overlaps a", m._check_disjoint, ("a", "b"), (buf[:51], b), (1,), (51, 50))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="launch plans exist for compiled kernels on CUDA devices")
+@pytest.mark.parametrize("name", [n for n in LAYOUTS if n in SPECS])
+def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
+    """The second call of each op with the same argument signature replays the first one's plan (its
+    checks are not run again) and writes what the reference writes, on fresh data; the aliasing
+    check still runs on the replay."""
+    m = module(name)
+    heads, values, page = dims(m)
+    gen = generator(31)
+    cache = fresh_cache(m, 6, page, heads, values, gen)
+    ids = torch.randperm(6 * page, generator=gen)[:40].to(DEVICE)
+    writer = "quantize_store" if "quantize_store" in m.OPS else "append"
+    for round_ in range(2):
+        rows = [scaled_normal((40, heads, values), gen).to(DEVICE) for _ in m.PLANES]
+        ref = clone(m, cache)
+        loc = ids if writer == "quantize_store" else torch.arange(40, device=DEVICE)
+        getattr(m, writer)(*rows, loc, cache, page)
+        getattr(m, f"{writer}_ref")(*rows, loc, ref, page)
+        assert_same_cache(m, cache, ref, f"{name}.{writer} round {round_}")
+        got, want = m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)
+        for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,), strict=True):
+            assert_same_bytes(a, b, f"{name}.gather_dequant round {round_}")
+        if round_ == 0:
+            assert len(m._PLANS[writer]) == 1 and len(m._PLANS["gather_dequant"]) == 1
+            monkeypatch.setattr(m, "_prepare_store", None)    # a replay must not need the checked path
+            monkeypatch.setattr(m, "_prepare_gather", None)
+    if len(m.PLANES) > 1:     # the same signature as `cache`, with the planes' records aliased
+        aliased = m.Cache(*(cache[0] if f == m.Cache._fields[len(cache) // 2] else t for f, t in zip(m.Cache._fields, cache)))
+        with pytest.raises(ValueError, match="overlaps"):
+            getattr(m, writer)(*rows, ids, aliased, page)
