@@ -20,10 +20,12 @@ API (the same shape in every kvlayout module; see README.md):
   gather_dequant(cache, token_ids, page_size, out) and gather_dequant_ref (pure torch, same bytes)
   quantize(x) and quantize_ref (pure torch, same bytes)
   dequantize(data, scale, out_dtype) and dequantize_ref (pure torch, same bytes)
+  reset_pages(cache, page_ids, page_size) and reset_pages_ref: zero pages an allocator hands out again
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -262,16 +264,19 @@ def _index(value, name: str, least: int = 1) -> int:
 
 
 def _signature(tensors: tuple, scalars: tuple):
-    """The key of a call's launch plan: every tensor's shape, strides, dtype, device and pointer
-    alignment (low 4 bits), the scalar arguments (with their types, so 64.0 is not 64) and the current
-    CUDA device. None when an argument is not a tensor (the checked path then names it)."""
+    """(key, pointers) of a call: the key of its launch plan holds every tensor's shape, strides,
+    dtype, device and pointer alignment (low 4 bits), the scalar arguments (with their types, so 64.0
+    is not 64) and the current CUDA device. (None, None) when an argument is not a tensor (the
+    checked path then names it; tensors may be None for that)."""
     try:
-        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in tensors]
+        pointers = [t.data_ptr() for t in tensors]
+        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
     except (AttributeError, TypeError, RuntimeError):
-        return None
-    parts.append(tuple((type(s), s) for s in scalars))
+        return None, None
+    parts.append(scalars)
+    parts.append(tuple(map(type, scalars)))
     parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
-    return tuple(parts)
+    return tuple(parts), pointers
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -281,9 +286,18 @@ def _extent(t: torch.Tensor) -> int:
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
-def _check_disjoint(names: tuple, tensors: tuple, written: tuple, extents: tuple) -> None:
-    """ValueError when a written tensor's bytes overlap another argument's (aliasing would race)."""
-    spans = [(t.data_ptr(), t.data_ptr() + n) for t, n in zip(tensors, extents)]
+def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple) -> None:
+    """ValueError when a written tensor's bytes overlap another argument's (aliasing would race).
+    pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent)."""
+    spans = sorted(zip(pointers, extents))
+    end = 0
+    for start, n in spans:           # the usual case, every tensor apart: one pass over the sorted spans
+        if n and start < end:
+            break
+        end = max(end, start + n)
+    else:
+        return
+    spans = [(p, p + n) for p, n in zip(pointers, extents)]
     for w in written:
         lo, hi = spans[w]
         if hi == lo:
@@ -298,13 +312,23 @@ class _Plan:
     """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
     naming which argument positions take which of the call's tensors."""
 
-    __slots__ = ("launches", "extents", "recordable", "outputs")
+    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint")
+    # Triton's launch hooks (profilers add theirs); with none added a launch passes None for them.
+    hooks = triton.knobs.runtime
 
     def __init__(self, extents: tuple):
         self.launches = []
         self.extents = extents        # bytes each of the call's tensors spans (for the aliasing check)
         self.recordable = True
         self.outputs = ()             # (shape, dtype) of each output the op allocates itself
+        self.disjoint = None          # the last pointers found free of aliasing (the verdict is theirs alone)
+
+    def check_disjoint(self, names: tuple, pointers: list, written: tuple) -> None:
+        """_check_disjoint for a replay: skipped when the pointers are the ones last found apart (the
+        signature fixes every extent, so the same pointers give the same verdict)."""
+        if pointers != self.disjoint:
+            _check_disjoint(names, pointers, written, self.extents)
+            self.disjoint = pointers
 
     def record(self, compiled, grid: tuple, kernel, args: tuple, constexprs: dict, tensors: tuple) -> None:
         """Add a launch: its arguments in the kernel's parameter order, the call's tensors replaced
@@ -328,23 +352,48 @@ class _Plan:
                 value = None                  # the plan keeps no tensor alive
             values.append(value)
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.launches.append((compiled, grid, values, tuple(slots)))
+        self.launches.append((compiled, _direct_launcher(compiled), grid, values, tuple(slots)))
 
     def run(self, tensors: tuple) -> None:
-        """Launch every recorded kernel with this call's tensors, on the current stream."""
-        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())     # as Triton's launches take it
-        hooks = triton.knobs.runtime
-        for compiled, grid, values, slots in self.launches:
+        """Launch every recorded kernel with this call's tensors, on the current stream, as Triton's
+        JIT launches a compiled kernel (the launch hooks only when some are set)."""
+        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+        enter, leave = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook
+        hooked = getattr(enter, "calls", enter) or getattr(leave, "calls", leave)
+        for compiled, direct, grid, values, slots in self.launches:
             args = values.copy()
             for position, index in slots:
                 args[position] = tensors[index]
-            enter = hooks.launch_enter_hook
-            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *args)
-            compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
-                         enter, hooks.launch_exit_hook, *args)
+            if hooked:
+                compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
+                             compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
+            elif direct is not None:
+                direct(*grid, stream, compiled.function, *args)
+            else:
+                compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
 
 
 _MISSING = object()
+
+
+def _direct_launcher(compiled):
+    """The C launch function of a compiled kernel, bound to its fixed leading arguments, where the
+    launcher is Triton 3.6's CudaLauncher (whose __call__ only adds scratch buffers, none here, in
+    front of `launch`); None elsewhere (then replays call the launcher as Triton's JIT does)."""
+    launcher = compiled.run
+    try:
+        params = list(inspect.signature(type(launcher).__call__).parameters)
+    except (TypeError, ValueError):
+        return None
+    if (params != ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"] or not hasattr(launcher, "launch")
+            or launcher.global_scratch_size or launcher.profile_scratch_size):
+        return None
+    launch, packed = launcher.launch, compiled.packed_metadata
+    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+
+    def direct(grid_x, grid_y, grid_z, stream, function, *args):
+        launch(grid_x, grid_y, grid_z, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+    return direct
 
 
 def _match(value: torch.Tensor, tensors: tuple, used: set):
@@ -406,7 +455,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
     tensors = (loc, *views, *cache)
-    _check_disjoint(_STORE_NAMES, tensors, _STORE_WRITTEN, tuple(_extent(t) for t in tensors))
+    _check_disjoint(_STORE_NAMES, [t.data_ptr() for t in tensors], _STORE_WRITTEN, tuple(_extent(t) for t in tensors))
     return tuple(views), geo, num_pages
 
 
@@ -516,11 +565,14 @@ def _exp2i(n):
 
 @triton.jit
 def _magnitude_bits(x):
-    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does
-    (tl.maximum returns the operand that is not NaN: max.f32 on the GPU, numpy's fmax in the interpreter).
-    Times 1.0 first: the interpreter's numpy then quiets a signaling NaN (a bf16 NaN with a payload widens
-    to one), which its fmax would return from an array of a few elements; the compiler drops the product."""
-    return tl.maximum(tl.abs(x * 1.0), 0.0).to(tl.int32, bitcast=True)
+    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does (it
+    returns the operand that is not NaN). The interpreter's tl.maximum is numpy's maximum (Triton 3.6,
+    NaN wins) or fmax (3.9), so there the bits are masked instead: the same result."""
+    if _INTERPRETED:
+        bits = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        return tl.where(bits > _F32_INF_BITS, 0, bits)
+    else:
+        return tl.maximum(tl.abs(x), 0.0).to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -788,10 +840,10 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
         None: the spec's `dependent_launch` knob.
     """
     tensors = (loc, k, v, *cache) if isinstance(cache, tuple) else None
-    key = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH)) if tensors is not None else None
+    key, pointers = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH))
     plan = _PLANS["quantize_store"].get(key)
     if plan is not None:      # this call signature passed every check before: replay its launch
-        _check_disjoint(_STORE_NAMES, tensors, _STORE_WRITTEN, plan.extents)
+        plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN)
         plan.run(tensors)
         return
     page_size = _index(page_size, "page_size")
@@ -875,15 +927,14 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
-    given = out is not None
-    tensors = (token_ids, *cache, *((out,) if len(PLANES) == 1 else tuple(out))) if given else (token_ids, *cache)
-    key = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH)) if isinstance(cache, tuple) and (not given or len(PLANES) == 1
-                                                                                  or isinstance(out, (tuple, list))) else None
+    given = () if out is None else (out,) if len(PLANES) == 1 else tuple(out) if isinstance(out, (tuple, list)) else None
+    tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
+    key, pointers = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH))
     plan = _PLANS["gather_dequant"].get(key)
     if plan is not None:      # this call signature passed every check before: replay its launch
         if given:
-            _check_disjoint(_GATHER_NAMES, tensors, _GATHER_WRITTEN, plan.extents)
-            outs = tensors[1 + len(Cache._fields):]
+            plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN)
+            outs = given
         else:
             outs = tuple(torch.empty(shape, dtype=dtype, device=token_ids.device) for shape, dtype in plan.outputs)
             tensors = tensors + outs
@@ -893,7 +944,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     n_tokens = token_ids.shape[0]
     plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, *outs), token_ids.device)
-    if plan is not None and not given:
+    if plan is not None and out is None:
         plan.outputs = tuple((o.shape, o.dtype) for o in outs)
     if n_tokens:
         lanes = len(PLANES) * geo["HEADS"]
@@ -928,7 +979,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
     tensors = (token_ids, *cache, *outs)
-    _check_disjoint(_GATHER_NAMES, tensors, _GATHER_WRITTEN, tuple(_extent(t) for t in tensors))
+    _check_disjoint(_GATHER_NAMES, [t.data_ptr() for t in tensors], _GATHER_WRITTEN, tuple(_extent(t) for t in tensors))
     return outs, geo, num_pages
 
 
@@ -965,7 +1016,7 @@ def quantize(x: torch.Tensor, *, pdl: bool | None = None):
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
-    key = _signature((x,), (pdl, DEPENDENT_LAUNCH))
+    key, _ = _signature((x,), (pdl, DEPENDENT_LAUNCH))
     plan = _PLANS["quantize"].get(key)
     if plan is not None:      # this call signature passed every check before: replay its launch
         data, scale = (torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in plan.outputs)
@@ -1034,7 +1085,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
-    key = _signature((data, scale), (out_dtype, pdl, DEPENDENT_LAUNCH))
+    key, _ = _signature((data, scale), (out_dtype, pdl, DEPENDENT_LAUNCH))
     plan = _PLANS["dequantize"].get(key)
     if plan is not None:      # this call signature passed every check before: replay its launch
         (shape, dtype), = plan.outputs
@@ -1077,6 +1128,58 @@ def _prepare_dequantize(data, scale, out_dtype) -> tuple:
     data2 = data.reshape(-1, geo["RECORD_BYTES"]).contiguous().view(torch.uint8)
     scale2 = scale.reshape(-1, geo["DENSE_SCALES"]).contiguous().view(torch.uint8)
     return data2, scale2, lead, geo
+
+# --- page reset: every layout ---------------------------------------------------------------------
+@triton.jit
+def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
+    """Zero every byte of one page of a cache tensor per program (page ids outside [0, num_pages)
+    are skipped), BLOCK bytes at a time."""
+    page = tl.load(page_ids_ptr + tl.program_id(0)).to(tl.int64)
+    # A skipped id writes nothing: its limit is 0 bytes.
+    limit = tl.where((page >= 0) & (page < num_pages), PAGE_BYTES, 0)
+    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_BYTES
+    for start in range(0, PAGE_BYTES, BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        tl.store(first + offsets, tl.zeros([BLOCK], dtype=tl.uint8), mask=offsets < limit)
+
+
+def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
+    """Zero every byte of the pages `page_ids` in every cache tensor: records and scales. Call it when
+    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0, so a block's
+    exponents start over from the smallest, whichever slot a new sequence starts at).
+
+    page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
+    One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
+    pdl: accepted for the signature every op shares (these launches are plain).
+    """
+    page_size = _index(page_size, "page_size")
+    heads, values = _cache_dims(cache)
+    device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
+    _check_index("page_ids", page_ids, device)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape))
+    if page_ids.shape[0] == 0:
+        return
+    for t in cache:
+        page_bytes = t.numel() * t.element_size() // num_pages
+        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes,
+                                                   BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
+
+
+# Bytes a reset program zeroes at a time.
+_RESET_BLOCK = 4096
+
+
+def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
+    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is accepted and ignored)."""
+    page_size = _index(page_size, "page_size")
+    heads, values = _cache_dims(cache)
+    device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
+    _check_index("page_ids", page_ids, device)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape))
+    ids = page_ids.to(torch.int64)
+    ids = ids[(ids >= 0) & (ids < num_pages)]
+    for t in cache:
+        t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
 
 # --- pure-torch references: the same bytes as the kernels, on any device -------------------------
 _F32_NAN_BITS = {16: 0x7FFF, 32: 0x7FFFFFFF}   # NaN the GPU writes when it converts to bf16/fp16, or computes in fp32

@@ -104,6 +104,7 @@ def calls_for(m, heads, values, page):
     loc = torch.arange(tokens)
     if "quantize_store" in m.OPS:
         m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
+    m.reset_pages(cache, torch.arange(3), page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
         # and both kernels as a GPU of sm_90 runs them: the runs kernel a programmatic dependent launch,

@@ -138,13 +138,17 @@ def test_references_take_every_argument_of_their_kernels(name):
 def test_signature_tells_apart_what_triton_specializes_on():
     m = module("mxfp8_kv")
     x = torch.zeros(64, dtype=torch.bfloat16)
-    base = m._signature((x,), (64,))
-    assert base == m._signature((torch.zeros(64, dtype=torch.bfloat16),), (64,)) or base[0][4] != 0
-    assert m._signature((x[1:],), (64,)) != base                       # shape, and 2-byte misalignment
-    assert m._signature((x.view(8, 8).t(),), (64,)) != m._signature((x.view(8, 8),), (64,))   # strides
-    assert m._signature((x.float(),), (64,)) != base                    # dtype
-    assert m._signature((x,), (64.0,)) != base and m._signature((x,), (True,)) != m._signature((x,), (1,))
-    assert m._signature((x, 3), (64,)) is None                          # not a tensor: the checked path names it
+
+    def key(*tensors, scalars=(64,)):
+        return m._signature(tensors, scalars)[0]
+    base = key(x)
+    assert m._signature((x,), (64,))[1] == [x.data_ptr()]
+    assert key(x[1:]) != base                                           # shape, and 2-byte misalignment
+    assert key(x.view(8, 8).t()) != key(x.view(8, 8))                   # strides
+    assert key(x.float()) != base                                       # dtype
+    assert key(x, scalars=(64.0,)) != base and key(x, scalars=(True,)) != key(x, scalars=(1,))
+    assert m._signature((x, 3), (64,)) == (None, None)                  # not a tensor: the checked path names it
+    assert m._signature(None, (64,)) == (None, None)
 
 
 def test_plan_slots_match_each_call_tensor_once():
@@ -166,8 +170,20 @@ def test_disjoint_check_and_extents():
     buf = torch.zeros(100, dtype=torch.uint8)
     a, b = buf[:50], buf[50:]
     assert m._extent(buf[::2]) == 99 and m._extent(buf[:0]) == 0
-    m._check_disjoint(("a", "b"), (a, b), (0, 1), (50, 50))
-    raises("b: overlaps a", m._check_disjoint, ("a", "b"), (buf[:51], b), (1,), (51, 50))
+    m._check_disjoint(("a", "b"), (a.data_ptr(), b.data_ptr()), (0, 1), (50, 50))
+    raises("b: overlaps a", m._check_disjoint, ("a", "b"), (a.data_ptr(), b.data_ptr()), (1,), (51, 50))
+    # read-only arguments may overlap each other (k is v), but not a written one
+    c = buf[20:30]
+    m._check_disjoint(("a", "c", "w"), (a.data_ptr(), c.data_ptr(), b.data_ptr()), (2,), (50, 10, 50))
+    raises("w: overlaps a", m._check_disjoint, ("a", "c", "w"), (a.data_ptr(), c.data_ptr(), buf[40:].data_ptr()),
+           (2,), (50, 10, 60))
+
+
+def counted(fn, calls: list):
+    def wrapper(*args, **kwargs):
+        calls.append(fn.__name__)
+        return fn(*args, **kwargs)
+    return wrapper
 
 
 @pytest.mark.skipif(not ON_GPU, reason="launch plans exist for compiled kernels on CUDA devices")
@@ -182,20 +198,26 @@ def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
     cache = fresh_cache(m, 6, page, heads, values, gen)
     ids = torch.randperm(6 * page, generator=gen)[:40].to(DEVICE)
     writer = "quantize_store" if "quantize_store" in m.OPS else "append"
+    checked = []
     for round_ in range(2):
         rows = [scaled_normal((40, heads, values), gen).to(DEVICE) for _ in m.PLANES]
         ref = clone(m, cache)
         loc = ids if writer == "quantize_store" else torch.arange(40, device=DEVICE)
         getattr(m, writer)(*rows, loc, cache, page)
+        assert not checked                      # the kernel op replayed its plan; the reference checks
         getattr(m, f"{writer}_ref")(*rows, loc, ref, page)
+        checked.clear()
         assert_same_cache(m, cache, ref, f"{name}.{writer} round {round_}")
-        got, want = m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)
+        got = m.gather_dequant(cache, ids, page)
+        assert not checked
+        want = m.gather_dequant_ref(cache, ids, page)
+        checked.clear()
         for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,), strict=True):
             assert_same_bytes(a, b, f"{name}.gather_dequant round {round_}")
         if round_ == 0:
             assert len(m._PLANS[writer]) == 1 and len(m._PLANS["gather_dequant"]) == 1
-            monkeypatch.setattr(m, "_prepare_store", None)    # a replay must not need the checked path
-            monkeypatch.setattr(m, "_prepare_gather", None)
+            for helper in ("_prepare_store", "_prepare_gather"):   # from now on the ops must not run the checks
+                monkeypatch.setattr(m, helper, counted(getattr(m, helper), checked))
     if len(m.PLANES) > 1:     # the same signature as `cache`, with the planes' records aliased
         aliased = m.Cache(*(cache[0] if f == m.Cache._fields[len(cache) // 2] else t for f, t in zip(m.Cache._fields, cache)))
         with pytest.raises(ValueError, match="overlaps"):

@@ -53,7 +53,7 @@ def test_layout_modules_import_only_torch_and_triton(name):
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             roots.add((node.module or "").split(".")[0] if node.level == 0 else "<relative>")
-    assert roots <= {"__future__", "functools", "operator", "types", "typing", "torch", "triton"}, roots
+    assert roots <= {"__future__", "functools", "inspect", "operator", "types", "typing", "torch", "triton"}, roots
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -61,7 +61,50 @@ def test_layout_modules_carry_the_host_runtime_verbatim(name):
     """codegen/runtime/host.py below its COPY marker is in every module as it is (reviewed once there)."""
     from codegen import render
     body = render.runtime_source("host")
-    assert body.count("\ndef ") >= 5 and body in GENERATED[f"generated/{name}.py"]
+    module = GENERATED[f"generated/{name}.py"]
+    assert body.count("\ndef ") >= 5 and body in module
+    # ... and the module imports what the runtime source imports above its COPY marker
+    head = (ROOT / "codegen" / "runtime" / "host.py").read_text().split(render.COPY_MARKER)[0]
+    for line in head.splitlines():
+        if line.startswith(("import ", "from ")) and "__future__" not in line:
+            assert f"\n{line}\n" in module, line
+
+
+def test_plans_record_and_replay_with_a_stand_in_kernel():
+    """A plan recorded from a stand-in compiled kernel (Triton 3.6's launcher shape) replays with the
+    call's tensors in their slots, the constexprs in place, and no tensor kept (CPU: no launch)."""
+    import torch
+    from tests.harness import module
+    m = module("mxfp8_kv")
+    launched = []
+
+    class Launcher:          # Triton 3.6's CudaLauncher: __call__(gridX, gridY, gridZ, stream, function, *args)
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid, launch_pdl = False, True
+
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            raise AssertionError("replays call launch directly")
+
+        def launch(self, *args):
+            launched.append(args)
+
+    class Compiled:
+        packed_metadata, function = "metadata", "function"
+        run = Launcher()
+
+    class Kernel:
+        arg_names = ["x_ptr", "n", "y_ptr", "BLOCK"]
+
+    x, y = torch.zeros(4), torch.zeros(4)
+    plan = m._Plan((16, 16))
+    plan.record(Compiled(), (3,), Kernel(), (x.view(2, 2), 4, y), {"BLOCK": 8, "num_warps": 4}, (x, y))
+    assert plan.recordable and plan.launches[0][3] == [None, 4, None, 8]
+    a, b = torch.ones(4), torch.ones(4)
+    launch = plan.launches[0]
+    launch[1](*launch[2], "stream", "function", *[a, 4, b, 8])
+    assert launched == [(3, 1, 1, "stream", "function", False, True, None, None, "metadata", None, None, None, a, 4, b, 8)]
+    plan.record(Compiled(), (3,), Kernel(), (torch.zeros(4), 4, y), {"BLOCK": 8}, (x, y))
+    assert not plan.recordable                     # an argument that is none of the call's tensors
 
 
 def _module_source(name: str) -> str:

@@ -527,3 +527,48 @@ def test_chained_calls_see_each_other(name, monkeypatch):
                 chain(first_call=False)
             graph.replay()
             torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("name", cases("gather_dequant") + [n for n in cases("quantize") if n not in cases("gather_dequant")])
+def test_reset_pages_zeroes_exactly_the_named_pages(name):
+    """reset_pages zeroes every byte of the valid ids' pages in every cache tensor and nothing else
+    (ids past the cache and negative ones are skipped), as its reference does."""
+    m = module(name)
+    heads, values, page = dims(m)
+    gen = generator(40)
+    cache = fresh_cache(m, 6, page, heads, values, gen)
+    ref = clone(m, cache)
+    ids = torch.tensor([4, -1, 1, 6, 1 << 40, 4], device=DEVICE)
+    m.reset_pages(cache, ids, page)
+    m.reset_pages_ref(ref, ids, page)
+    assert_same_cache(m, cache, ref, f"{name}.reset_pages")
+    for t in cache:
+        pages = t.view(-1).view(torch.uint8).view(6, -1)
+        assert not pages[[1, 4]].any() and pages[[0, 2, 3, 5]].any()
+
+
+@pytest.mark.parametrize("name", cases("append"))
+def test_append_into_a_reused_page_starts_fresh_after_reset(name):
+    """A page that held large values, handed out again to a sequence that starts mid-block: without
+    a reset its old exponents stay (new values decode to 0); after reset_pages the new rows read
+    back as written (to the format's precision), as the reference has them."""
+    m = module(name)
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
+    block = m.SCALE_GROUP_TOKENS
+    m.append(*[torch.full((block, heads, values), 2.0 ** 100, device=DEVICE)] * len(m.PLANES),
+             torch.arange(block, device=DEVICE), cache, page)
+    loc = torch.arange(5, 9, device=DEVICE)                   # a new sequence from slot 5 of the same block
+    rows = [torch.full((4, heads, values), 0.75, device=DEVICE) for _ in m.PLANES]
+    stale = clone(m, cache)
+    m.append(*rows, loc, stale, page)
+    read = m.gather_dequant(stale, loc, page)
+    assert not any(r.float().abs().max() > 0 for r in (read if isinstance(read, tuple) else (read,)))
+    m.reset_pages(cache, torch.tensor([0], device=DEVICE), page)
+    ref = clone(m, cache)
+    m.append(*rows, loc, cache, page)
+    m.append_ref(*rows, loc, ref, page)
+    assert_same_cache(m, cache, ref, f"{name}.append after reset_pages")
+    read = m.gather_dequant(cache, loc, page)
+    for r, x in zip(read if isinstance(read, tuple) else (read,), rows, strict=True):
+        assert torch.equal(r.float(), x)

@@ -18,6 +18,7 @@ interpreter every call takes the checked path.
 """
 from __future__ import annotations
 
+import inspect
 import operator
 
 import torch
@@ -37,16 +38,19 @@ def _index(value, name: str, least: int = 1) -> int:
 
 
 def _signature(tensors: tuple, scalars: tuple):
-    """The key of a call's launch plan: every tensor's shape, strides, dtype, device and pointer
-    alignment (low 4 bits), the scalar arguments (with their types, so 64.0 is not 64) and the current
-    CUDA device. None when an argument is not a tensor (the checked path then names it)."""
+    """(key, pointers) of a call: the key of its launch plan holds every tensor's shape, strides,
+    dtype, device and pointer alignment (low 4 bits), the scalar arguments (with their types, so 64.0
+    is not 64) and the current CUDA device. (None, None) when an argument is not a tensor (the
+    checked path then names it; tensors may be None for that)."""
     try:
-        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15) for t in tensors]
+        pointers = [t.data_ptr() for t in tensors]
+        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
     except (AttributeError, TypeError, RuntimeError):
-        return None
-    parts.append(tuple((type(s), s) for s in scalars))
+        return None, None
+    parts.append(scalars)
+    parts.append(tuple(map(type, scalars)))
     parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
-    return tuple(parts)
+    return tuple(parts), pointers
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -56,9 +60,18 @@ def _extent(t: torch.Tensor) -> int:
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
-def _check_disjoint(names: tuple, tensors: tuple, written: tuple, extents: tuple) -> None:
-    """ValueError when a written tensor's bytes overlap another argument's (aliasing would race)."""
-    spans = [(t.data_ptr(), t.data_ptr() + n) for t, n in zip(tensors, extents)]
+def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple) -> None:
+    """ValueError when a written tensor's bytes overlap another argument's (aliasing would race).
+    pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent)."""
+    spans = sorted(zip(pointers, extents))
+    end = 0
+    for start, n in spans:           # the usual case, every tensor apart: one pass over the sorted spans
+        if n and start < end:
+            break
+        end = max(end, start + n)
+    else:
+        return
+    spans = [(p, p + n) for p, n in zip(pointers, extents)]
     for w in written:
         lo, hi = spans[w]
         if hi == lo:
@@ -73,13 +86,23 @@ class _Plan:
     """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
     naming which argument positions take which of the call's tensors."""
 
-    __slots__ = ("launches", "extents", "recordable", "outputs")
+    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint")
+    # Triton's launch hooks (profilers add theirs); with none added a launch passes None for them.
+    hooks = triton.knobs.runtime
 
     def __init__(self, extents: tuple):
         self.launches = []
         self.extents = extents        # bytes each of the call's tensors spans (for the aliasing check)
         self.recordable = True
         self.outputs = ()             # (shape, dtype) of each output the op allocates itself
+        self.disjoint = None          # the last pointers found free of aliasing (the verdict is theirs alone)
+
+    def check_disjoint(self, names: tuple, pointers: list, written: tuple) -> None:
+        """_check_disjoint for a replay: skipped when the pointers are the ones last found apart (the
+        signature fixes every extent, so the same pointers give the same verdict)."""
+        if pointers != self.disjoint:
+            _check_disjoint(names, pointers, written, self.extents)
+            self.disjoint = pointers
 
     def record(self, compiled, grid: tuple, kernel, args: tuple, constexprs: dict, tensors: tuple) -> None:
         """Add a launch: its arguments in the kernel's parameter order, the call's tensors replaced
@@ -103,23 +126,48 @@ class _Plan:
                 value = None                  # the plan keeps no tensor alive
             values.append(value)
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.launches.append((compiled, grid, values, tuple(slots)))
+        self.launches.append((compiled, _direct_launcher(compiled), grid, values, tuple(slots)))
 
     def run(self, tensors: tuple) -> None:
-        """Launch every recorded kernel with this call's tensors, on the current stream."""
-        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())     # as Triton's launches take it
-        hooks = triton.knobs.runtime
-        for compiled, grid, values, slots in self.launches:
+        """Launch every recorded kernel with this call's tensors, on the current stream, as Triton's
+        JIT launches a compiled kernel (the launch hooks only when some are set)."""
+        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+        enter, leave = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook
+        hooked = getattr(enter, "calls", enter) or getattr(leave, "calls", leave)
+        for compiled, direct, grid, values, slots in self.launches:
             args = values.copy()
             for position, index in slots:
                 args[position] = tensors[index]
-            enter = hooks.launch_enter_hook
-            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *args)
-            compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, metadata,
-                         enter, hooks.launch_exit_hook, *args)
+            if hooked:
+                compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
+                             compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
+            elif direct is not None:
+                direct(*grid, stream, compiled.function, *args)
+            else:
+                compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
 
 
 _MISSING = object()
+
+
+def _direct_launcher(compiled):
+    """The C launch function of a compiled kernel, bound to its fixed leading arguments, where the
+    launcher is Triton 3.6's CudaLauncher (whose __call__ only adds scratch buffers, none here, in
+    front of `launch`); None elsewhere (then replays call the launcher as Triton's JIT does)."""
+    launcher = compiled.run
+    try:
+        params = list(inspect.signature(type(launcher).__call__).parameters)
+    except (TypeError, ValueError):
+        return None
+    if (params != ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"] or not hasattr(launcher, "launch")
+            or launcher.global_scratch_size or launcher.profile_scratch_size):
+        return None
+    launch, packed = launcher.launch, compiled.packed_metadata
+    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+
+    def direct(grid_x, grid_y, grid_z, stream, function, *args):
+        launch(grid_x, grid_y, grid_z, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+    return direct
 
 
 def _match(value: torch.Tensor, tensors: tuple, used: set):
