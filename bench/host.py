@@ -145,8 +145,9 @@ def markdown(before: dict, after: dict) -> str:
     for r in after["results"]:
         b = old.get((r["op"], r["size"]))
         seed = f"{r['seed_host_us']:.1f}" if r["seed_host_us"] is not None else ""
-        lines.append(f"| {r['op']} | {r['size']} | {b['host_us']:.1f} | {r['host_us']:.1f} | "
-                     f"{r['host_us'] / after['torch_add_us']:.2f} | {seed} |" if b else "")
+        was = f"{b['host_us']:.1f}" if b else "-"
+        lines.append(f"| {r['op']} | {r['size']} | {was} | {r['host_us']:.1f} | "
+                     f"{r['host_us'] / after['torch_add_us']:.2f} | {seed} |")
     return "\n".join(lines)
 
 

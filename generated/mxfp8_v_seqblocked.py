@@ -208,12 +208,15 @@ def _cache_dims(cache) -> tuple:
     return records.shape[-2], records.shape[-1]
 
 
-def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple) -> tuple:
+def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
     """Validate every Cache tensor; returns (geometry, num_pages). dims_from: (name, shape) of the
-    tensor that gave heads and values, for size errors."""
-    geo = _sized_geometry(page_size, heads, values, *dims_from)
+    tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if dims_from is None:
+        _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
+        dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
+    geo = _sized_geometry(page_size, heads, values, *dims_from)
     num_pages = None
     for field, t, page_bytes in zip(Cache._fields, cache, (geo["CACHE_PAGE_BYTES"], geo["SF_PAGE_BYTES"], )):
         _check_tensor(f"cache.{field}", t, None, None, device)
@@ -241,9 +244,12 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
 
 def _index(value, name: str, least: int = 1) -> int:
     """An integer argument (a Python or numpy integer, not a bool or float) of at least `least`."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    if isinstance(value, (bool, torch.Tensor)) or not hasattr(type(value), "__index__"):
         raise ValueError(f"{name}: expected an int, got {value!r}")
-    value = operator.index(value)
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}: expected an int, got {value!r}") from None
     if value < least:
         raise ValueError(f"{name}: expected an int >= {least}, got {value}")
     return value
@@ -257,12 +263,14 @@ def _signature(tensors: tuple, scalars: tuple):
     try:
         pointers = [t.data_ptr() for t in tensors]
         parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
+        parts.append(scalars)
+        parts.append(tuple(map(type, scalars)))
+        parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
+        key = tuple(parts)
+        hash(key)                    # an unhashable scalar (a list for page_size) takes the checked path
     except (AttributeError, TypeError, RuntimeError):
         return None, None
-    parts.append(scalars)
-    parts.append(tuple(map(type, scalars)))
-    parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
-    return tuple(parts), pointers
+    return key, pointers
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -272,9 +280,47 @@ def _extent(t: torch.Tensor) -> int:
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
-def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple) -> None:
+def _nested_dims(t: torch.Tensor) -> list | None:
+    """(size, byte stride) of t's dims of more than one element, largest stride first, when each
+    stride exceeds the bytes all smaller-stride dims span (so no two elements share a byte); None
+    when some do (a stride of 0, or an overlapping view)."""
+    dims = sorted(((n, s * t.element_size()) for n, s in zip(t.shape, t.stride()) if n > 1), key=lambda d: -d[1])
+    inner = t.element_size()
+    for n, s in reversed(dims):
+        if s < inner:
+            return None
+        inner = s * (n - 1) + inner
+    return dims
+
+
+def _check_distinct_elements(name: str, t: torch.Tensor) -> None:
+    """ValueError when a tensor to be written has elements sharing memory (e.g. an expand()ed view)."""
+    if t.numel() > 1 and _nested_dims(t) is None:
+        raise ValueError(f"{name}: elements overlap in memory (strides {tuple(t.stride())}); pass a tensor whose "
+                         "elements each have their own bytes")
+
+
+def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one shape, strides and element size share a byte, from the offset
+    between them alone (interleaved slices of one workspace do not): the offset must be a sum of
+    per-dim steps of fewer than that dim's size, plus less than an element."""
+    dims = _nested_dims(a)
+    if dims is None or a.shape != b.shape or a.stride() != b.stride() or a.element_size() != b.element_size():
+        return True                  # not decided here: taken as overlapping
+
+    def reach(rest: int, k: int) -> bool:
+        if k == len(dims):
+            return abs(rest) < a.element_size()
+        n, s = dims[k]
+        q = rest // s
+        return any(abs(j) < n and reach(rest - j * s, k + 1) for j in (q, q + 1))
+    return reach(b.data_ptr() - a.data_ptr(), 0)
+
+
+def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = ()) -> None:
     """ValueError when a written tensor's bytes overlap another argument's (aliasing would race).
-    pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent)."""
+    pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent); tensors (where
+    given) let two strided views whose spans cross, but whose elements interleave, pass."""
     spans = sorted(zip(pointers, extents))
     end = 0
     for start, n in spans:           # the usual case, every tensor apart: one pass over the sorted spans
@@ -289,7 +335,7 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple) -> N
         if hi == lo:
             continue
         for i, (a, b) in enumerate(spans):
-            if i != w and a < hi and lo < b:
+            if i != w and a < hi and lo < b and (not tensors or _strided_overlap(tensors[w], tensors[i])):
                 raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; a written buffer must not alias "
                                  "any other argument")
 
@@ -309,11 +355,11 @@ class _Plan:
         self.outputs = ()             # (shape, dtype) of each output the op allocates itself
         self.disjoint = None          # the last pointers found free of aliasing (the verdict is theirs alone)
 
-    def check_disjoint(self, names: tuple, pointers: list, written: tuple) -> None:
+    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple) -> None:
         """_check_disjoint for a replay: skipped when the pointers are the ones last found apart (the
-        signature fixes every extent, so the same pointers give the same verdict)."""
+        signature fixes every shape and stride, so the same pointers give the same verdict)."""
         if pointers != self.disjoint:
-            _check_disjoint(names, pointers, written, self.extents)
+            _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
 
     def record(self, compiled, grid: tuple, kernel, args: tuple, constexprs: dict, tensors: tuple) -> None:
@@ -384,8 +430,12 @@ def _direct_launcher(compiled):
 
 def _match(value: torch.Tensor, tensors: tuple, used: set):
     """The index of the call tensor a kernel argument is: the tensor itself, else a view of it (the
-    same first byte; same dtype preferred), the first not yet used; None if none is."""
+    same first byte; same dtype preferred), the first not yet used; None if none is, or if distinct
+    call tensors share that first byte (which one a view is of cannot be told: no plan then)."""
     free = [i for i in range(len(tensors)) if i not in used]
+    sharing = {id(tensors[i]) for i in free if tensors[i].data_ptr() == value.data_ptr()}
+    if len(sharing) > 1 and not any(tensors[i] is value for i in free):
+        return None
     for same in (lambda t: t is value, lambda t: t.data_ptr() == value.data_ptr() and t.dtype == value.dtype,
                  lambda t: t.data_ptr() == value.data_ptr()):
         match = next((i for i in free if same(tensors[i])), None)
@@ -441,7 +491,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
     tensors = (loc, *views, *cache)
-    _check_disjoint(_STORE_NAMES, [t.data_ptr() for t in tensors], _STORE_WRITTEN, tuple(_extent(t) for t in tensors))
+    _check_disjoint(_STORE_NAMES, [t.data_ptr() for t in tensors], _STORE_WRITTEN, tuple(_extent(t) for t in tensors), tensors)
     return tuple(views), geo, num_pages
 
 
@@ -1402,7 +1452,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     key, pointers = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH, PTX_RESCALE))
     plan = _PLANS["append"].get(key)
     if plan is not None:      # this call signature passed every check before: replay its launches
-        plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN)
+        plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(tensors)
         return
     page_size = _index(page_size, "page_size")
@@ -1509,7 +1559,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     plan = _PLANS["gather_dequant"].get(key)
     if plan is not None:      # this call signature passed every check before: replay its launch
         if given:
-            plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN)
+            plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
             outs = given
         else:
             outs = tuple(torch.empty(shape, dtype=dtype, device=token_ids.device) for shape, dtype in plan.outputs)
@@ -1540,20 +1590,21 @@ def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
     heads, values = _cache_dims(cache)
     device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
     _check_index("token_ids", token_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape))
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
     n_tokens = token_ids.shape[0]
     if out is None:
         out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
     outs = (out,)
     for plane, o in zip(PLANES, outs):
         _check_tensor(f"out ({plane})", o, OUT_DTYPES, (3,), device)
+        _check_distinct_elements(f"out ({plane})", o)
         if tuple(o.shape) != (n_tokens, heads, values) or (o.stride(2) != 1 and values > 1):
             raise ValueError(f"out ({plane}): expected shape {(n_tokens, heads, values)} with a contiguous last dim, "
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
     tensors = (token_ids, *cache, *outs)
-    _check_disjoint(_GATHER_NAMES, [t.data_ptr() for t in tensors], _GATHER_WRITTEN, tuple(_extent(t) for t in tensors))
+    _check_disjoint(_GATHER_NAMES, [t.data_ptr() for t in tensors], _GATHER_WRITTEN, tuple(_extent(t) for t in tensors), tensors)
     return outs, geo, num_pages
 
 # --- page reset: every layout ---------------------------------------------------------------------
@@ -1583,7 +1634,10 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     heads, values = _cache_dims(cache)
     device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
     _check_index("page_ids", page_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape))
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
+    tensors = (page_ids, *cache)
+    _check_disjoint(("page_ids",) + _CACHE_NAMES, [t.data_ptr() for t in tensors], tuple(range(1, len(tensors))),
+                    tuple(_extent(t) for t in tensors), tensors)
     if page_ids.shape[0] == 0:
         return
     for t in cache:
@@ -1602,7 +1656,7 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     heads, values = _cache_dims(cache)
     device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
     _check_index("page_ids", page_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape))
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
     for t in cache:

@@ -222,3 +222,40 @@ def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
         aliased = m.Cache(*(cache[0] if f == m.Cache._fields[len(cache) // 2] else t for f, t in zip(m.Cache._fields, cache)))
         with pytest.raises(ValueError, match="overlaps"):
             getattr(m, writer)(*rows, ids, aliased, page)
+
+
+def test_interleaved_outputs_of_one_workspace_are_not_aliasing():
+    """Strided slices of one workspace whose elements interleave (out=(ws[:, 0], ws[:, 1])) are
+    fine; an expand()ed output, whose elements share bytes, is not."""
+    m, cache, x, loc = kv_setup()
+    m.quantize_store(x, x, loc, cache, 32)
+    ws = torch.empty(8, 2, 2, 64, dtype=torch.bfloat16, device=DEVICE)
+    got = m.gather_dequant(cache, loc, 32, out=(ws[:, 0], ws[:, 1]))
+    for a, b in zip(got, m.gather_dequant_ref(cache, loc, 32), strict=True):
+        assert_same_bytes(a, b, "interleaved outs")
+    shifted = ws.view(-1)[64:].as_strided((8, 2, 64), (256, 64, 1))     # half a head past ws[:, 0]: shares bytes
+    raises(r"out \(k\): overlaps out \(v\)", m.gather_dequant, cache, loc, 32, out=(ws[:, 0], shifted))
+    one = torch.empty(1, 2, 64, dtype=torch.bfloat16, device=DEVICE).expand(8, 2, 64)
+    raises(r"out \(k\): elements overlap in memory", m.gather_dequant, cache, loc, 32, out=(one, ws[:, 1]))
+    assert not m._strided_overlap(ws[:, 0], ws[:, 1]) and m._strided_overlap(ws[:, 0], ws.view(-1)[1:].as_strided((8, 2, 64), (256, 64, 1)))
+
+
+def test_odd_scalars_and_caches_raise_value_errors():
+    d = module("dsv4_k")
+    ids = torch.arange(4, device=DEVICE)
+    raises("cache.k_cache: expected a torch.Tensor", d.gather_dequant, (None,), ids, 64)
+    raises("cache.k_cache: expected a torch.Tensor", d.reset_pages, (None,), ids, 64)
+    cache = d.alloc_cache(4, 64, device=DEVICE)
+    raises("page_size: expected an int", d.gather_dequant, cache, ids, torch.tensor(64.0))
+    raises("page_size: expected an int", d.gather_dequant, cache, ids, torch.tensor(64))
+    raises("page_size: expected an int", d.gather_dequant, cache, ids, [64])
+    d.gather_dequant(cache, ids, 64, pdl=[1])                   # truthy, as before: no plan for it
+    raises("cache.k_cache: overlaps page_ids", d.reset_pages, cache, cache.k_cache.view(torch.int64).view(-1)[:2], 64)
+
+
+def test_views_of_tensors_sharing_a_first_byte_get_no_plan():
+    m = module("mxfp8_kv")
+    data = torch.zeros(16, dtype=torch.float8_e4m3fn)
+    scale = data.view(torch.uint8)[:4]                          # another tensor starting at data's first byte
+    assert m._match(data.view(torch.uint8), (data, scale), set()) is None
+    assert m._match(data, (data, scale), set()) == 0
