@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import keyword
 import re
 from pathlib import Path
 
@@ -28,7 +29,11 @@ def spec_digest(text: str) -> str:
 def load_spec(path: Path, root: Path):
     """Read and type-check one spec; returns ('layout' | 'compat', tree, display path, digest)."""
     display = path.relative_to(root).as_posix() if path.is_absolute() and path.is_relative_to(root) else path.as_posix()
-    text = path.read_text()
+    data = path.read_bytes()
+    if len(data) > marked_yaml.MAX_BYTES:
+        raise SpecError(Mark(display, 1, 1), f"the file has {len(data)} bytes; a spec is at most {marked_yaml.MAX_BYTES}",
+                        "is this the right file?")
+    text = marked_yaml.decode(data, display)
     tree = marked_yaml.load(text, display)
     if not isinstance(tree, marked_yaml.MarkedDict):
         raise SpecError(Mark(display, 1, 1), "a spec must be a YAML mapping", "start from one of the specs in specs/")
@@ -39,7 +44,27 @@ def load_spec(path: Path, root: Path):
 
 # --- layouts -------------------------------------------------------------------------------------
 
+# Names a plane may not take: the writers' other parameters and locals (planes are their parameters)
+# and the modules' imports.
+RESERVED_PLANES = frozenset({"loc", "cache", "page_size", "pdl", "tensors", "key", "pointers", "plan", "srcs", "geo",
+                             "num_pages", "n_tokens", "heads", "values", "launch", "grid", "args",
+                             "torch", "triton", "tl", "functools", "inspect", "operator"})
+
+
+def _check_names(tree) -> None:
+    """Names that become Python identifiers in the generated module must be usable as such."""
+    if keyword.iskeyword(tree["name"]) or tree["name"] == "compat":
+        raise SpecError(tree.value_mark("name"), f"name: {tree['name']!r} cannot name a Python module here",
+                        "choose another layout name (and file name)")
+    planes = tree["planes"]
+    for i, plane in enumerate(planes):
+        if keyword.iskeyword(plane) or plane in RESERVED_PLANES:
+            raise SpecError(planes.item_mark(i), f"planes[{i}]: {plane!r} is a Python keyword or a name the "
+                            "generated module uses itself", "name the plane k, v or another word")
+
+
 def build_layout(tree, display: str, digest: str) -> Layout:
+    _check_names(tree)
     stem = Path(display).stem
     if tree["name"] != stem:
         raise SpecError(tree.value_mark("name"), f"name: {tree['name']!r} must equal the file name {stem!r}",
@@ -78,6 +103,15 @@ def build_layout(tree, display: str, digest: str) -> Layout:
             region = next(r for b in buffers for r in b.regions if r.holds == g.name)
             _check_alignment(region, buffers, g.format.nbytes, f"{g.format.name} scales of {g.name!r}", tree, checks)
 
+    # Buffer, region and coordinate names join into the constexpr names kernels take (buffer a's
+    # group b_c and buffer a_b's group c both give A_B_C_OFFSET): they must come out distinct.
+    constexprs = [b.page_bytes_name for b in buffers] + [r.offset_name for b in buffers for r in b.regions] + \
+        [t.const_name for b in buffers for r in b.regions for t in r.terms]
+    clash = next((n for n in constexprs if constexprs.count(n) > 1), None)
+    if clash:
+        raise SpecError(tree.value_mark("buffers"), f"buffers: two buffers and regions give the generated name {clash}",
+                        "rename a buffer or scale group so that buffer_group pairs differ")
+
     ops = tuple(tree["ops"])
     kind = next(iter({g.kind for g in groups.values()}), None)
     for i, op in enumerate(ops):
@@ -111,7 +145,8 @@ DEFAULT_LAUNCH = {
                "lone_fresh_runs": True,
                "dependent_launch": True, "early_release": True},
 }
-POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries", "lone_heads", "lone_columns")
+POWER_OF_TWO_KNOBS = ("elements", "block_tokens", "columns", "entries", "lone_heads", "lone_columns", "num_warps",
+                      "lone_warps")
 
 
 def _launch(tree, ops) -> dict:
@@ -153,9 +188,10 @@ def _scale_groups(tree) -> dict:
                             "remove ue8m0_zero")
         if g["exponent_range"] is not None:
             lo_s, hi_s = g["exponent_range"]
-            if lo_s > hi_s:
-                raise SpecError(g.value_mark("exponent_range"), f"scales.{name}.exponent_range: lo {lo_s} > hi {hi_s}",
-                                "write [lo, hi] with lo <= hi")
+            if lo_s >= hi_s:
+                raise SpecError(g.value_mark("exponent_range"), f"scales.{name}.exponent_range: lo {lo_s} is not "
+                                f"below hi {hi_s} (one exponent for every group quantizes most values to 0 or fmax)",
+                                "write [lo, hi] with lo < hi, e.g. [-127, 127]")
             lo, hi = max(lo, lo_s), min(hi, hi_s)
         floor = g["amax_floor"]
         if floor is not None and not (FP32_MIN_NORMAL <= floor < float("inf") and floor < 3.0e38):

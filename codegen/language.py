@@ -9,6 +9,16 @@ from .schema import Bool, Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, St
 
 IDENT = r"[a-z][a-z0-9_]*"
 ANY = Str(enum=("any",))
+# Bounds on every size a spec states: far above any real layout, low enough that what the validator
+# accepts also compiles (Triton's tensors hold at most 2^20 elements) and fits an int32 offset.
+MAX_HEADS = 4096
+MAX_VALUES = 1 << 16          # values of one segment or scale group, and scale entries per token
+MAX_GROUP_TOKENS = 1024       # slots that share one scale
+MAX_PAGE_SIZE = 1 << 16
+MAX_ALIGN = 1 << 20
+MAX_TILE = 1 << 16            # values one program handles per step
+MAX_BLOCK = 1024              # tokens, entries, columns or heads per program
+MAX_PROGRAMS = 1 << 20
 
 ELEMENT_DTYPES = ("fp8_e4m3fn", "fp8_e5m2", "fp8_e4m3fnuz")
 RAW_DTYPES = ("bf16", "fp16", "fp32")
@@ -19,7 +29,7 @@ COORDINATE = r"(slot|head|scale|dim|block)( (%|//) [1-9][0-9]*)?"
 
 SEGMENT = Obj(title="a record segment", fields={
     "name": Field(Str(pattern=IDENT, what="an identifier"), "name of this run of values (e.g. nope, rope)"),
-    "values": Field(OneOf((Int(minimum=1), ANY)),
+    "values": Field(OneOf((Int(minimum=1, maximum=MAX_VALUES), ANY)),
                     "how many logical values the segment holds; 'any' (only for a one-segment record) "
                     "takes the width from the tensors at call time"),
     "dtype": Field(Str(enum=ELEMENT_DTYPES + RAW_DTYPES),
@@ -45,15 +55,15 @@ SCALE_GROUP = Obj(title="a scale group", fields={
                             "[lo, hi]: clamp the unbiased scale exponent (MXFP8 seeds: [-127, 127]); null: only the "
                             "storage range", None),
     "group": Field(OneOf((
-        Obj(title="{values: N}", fields={"values": Field(Int(minimum=1), "N consecutive values of one token and head share a scale")}),
-        Obj(title="{tokens: N}", fields={"tokens": Field(Int(minimum=1), "N consecutive slots share a scale per head and value index "
+        Obj(title="{values: N}", fields={"values": Field(Int(minimum=1, maximum=MAX_VALUES), "N consecutive values of one token and head share a scale")}),
+        Obj(title="{tokens: N}", fields={"tokens": Field(Int(minimum=1, maximum=MAX_GROUP_TOKENS), "N consecutive slots share a scale per head and value index "
                                                                           "(seq-blocked V)")}),
     )), "what one scale covers"),
     "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
                         "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
                         "exp2 of -127 gives (DSv4 seed). Byte 0xFF decodes to +inf either way, as in both seeds",
                         "pow2"),
-    "pad_to": Field(OneOf((Int(minimum=1), Null())),
+    "pad_to": Field(OneOf((Int(minimum=1, maximum=MAX_VALUES), Null())),
                     "for {values: N} groups: scale entries stored per token and head, padding included (DSv4: 7 -> 8); "
                     "pad entries are never written", None),
 })
@@ -69,28 +79,28 @@ REGION = Obj(title="a page region", fields={
 })
 
 SLOTS = Obj(title="slot rules", fields={
-    "sink": Field(OneOf((Int(minimum=0), Null())),
+    "sink": Field(OneOf((Int(minimum=0, maximum=MAX_PAGE_SIZE - 1), Null())),
                   "a padding slot that writers never touch (CUDA-graph padding); null: none", None),
 })
 
 PAGE = Obj(title="page rules", fields={
-    "size_multiple_of": Field(Int(minimum=1), "the runtime page_size must be a multiple of this", 1),
-    "align": Field(Int(minimum=1), "each page's bytes are rounded up to a multiple of this (DSv4: 576)", 1),
+    "size_multiple_of": Field(Int(minimum=1, maximum=MAX_PAGE_SIZE), "the runtime page_size must be a multiple of this", 1),
+    "align": Field(Int(minimum=1, maximum=MAX_ALIGN), "each page's bytes are rounded up to a multiple of this (DSv4: 576)", 1),
 })
 
 LAUNCH = Obj(title="launch knobs of one op", fields={
-    "elements": Field(Int(minimum=32), "values one program handles per step (a power of two); sets tokens per program", None),
-    "block_tokens": Field(OneOf((Int(minimum=1), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
+    "elements": Field(Int(minimum=32, maximum=MAX_TILE), "values one program handles per step (a power of two); sets tokens per program", None),
+    "block_tokens": Field(OneOf((Int(minimum=1, maximum=MAX_BLOCK), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
-    "lane_group": Field(Int(minimum=1), "gather_dequant: (plane, head) lanes whose programs run side by side, token block "
+    "lane_group": Field(Int(minimum=1, maximum=MAX_BLOCK), "gather_dequant: (plane, head) lanes whose programs run side by side, token block "
                         "by token block (at most this many: the largest divisor of the lanes)", None),
-    "columns": Field(Int(minimum=1), "append: value indices per program of blocks with several new rows (a power of two)", None),
-    "entries": Field(Int(minimum=1), "append: loc entries per program of blocks with several new rows (a power of two)", None),
-    "lone_heads": Field(Int(minimum=1), "append: heads per tile of rows alone in their block (a power of two; the "
+    "columns": Field(Int(minimum=1, maximum=MAX_BLOCK), "append: value indices per program of blocks with several new rows (a power of two)", None),
+    "entries": Field(Int(minimum=1, maximum=MAX_BLOCK), "append: loc entries per program of blocks with several new rows (a power of two)", None),
+    "lone_heads": Field(Int(minimum=1, maximum=MAX_BLOCK), "append: heads per tile of rows alone in their block (a power of two; the "
                         "lone check is made once for all of them)", None),
-    "lone_columns": Field(Int(minimum=1), "append: value indices per program of rows alone in their block (a power of two)", None),
+    "lone_columns": Field(Int(minimum=1, maximum=MAX_BLOCK), "append: value indices per program of rows alone in their block (a power of two)", None),
     "lone_warps": Field(Int(minimum=1, maximum=32), "append: warps per program of rows alone in their block", None),
-    "lone_programs": Field(Int(minimum=1), "append: a call's entries are scanned for lone rows by at most this many "
+    "lone_programs": Field(Int(minimum=1, maximum=MAX_PROGRAMS), "append: a call's entries are scanned for lone rows by at most this many "
                            "programs per head tile (more entries per program in big calls)", None),
     "lone_registers": Field(OneOf((Int(minimum=16, maximum=255), Null())),
                             "append: the most registers per thread of a program of rows alone in their block when it "
@@ -116,7 +126,7 @@ LAYOUT = Obj(title="a layout spec", fields={
     "summary": Field(Str(), "one line saying what the layout is and where it comes from"),
     "planes": Field(ListOf(Str(pattern=IDENT, what="an identifier"), min_items=1, unique=True),
                     "the tensors stored with this layout, written and read together in one launch (e.g. [k] or [k, v])"),
-    "heads": Field(OneOf((Int(minimum=1), ANY)), "heads per token; 'any' takes it from the tensors at call time"),
+    "heads": Field(OneOf((Int(minimum=1, maximum=MAX_HEADS), ANY)), "heads per token; 'any' takes it from the tensors at call time"),
     "page": Field(PAGE, "page-size constraint and per-page byte padding", {"size_multiple_of": 1, "align": 1}),
     "slots": Field(SLOTS, "which slots are never written (negative slots and slots past the cache always are)",
                    {"sink": None}),

@@ -6,9 +6,16 @@ validation errors can name ``path:line:col``.
 """
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from .errors import Mark, SpecError
+
+MAX_BYTES = 1 << 20          # a spec is a page of YAML; anything larger is not one
+# Plain scalars that YAML 1.1 (PyYAML) reads as something other than they look.
+_YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n"}
+_YAML11_NUMBER = re.compile(r"[-+]?(0[0-9_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?|[0-9.]*_[0-9_.]*)")
 
 
 class MarkedDict(dict):
@@ -55,20 +62,115 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
         out.mark = _mark(path, node)
         out.item_marks = [_mark(path, item) for item in node.value]
         return out
+    if isinstance(node, yaml.ScalarNode) and node.style is None:
+        _check_plain_scalar(node, path)
     return loader.construct_object(node, deep=True)
+
+
+def _check_plain_scalar(node: yaml.ScalarNode, path: str) -> None:
+    """Reject the plain scalars YAML 1.1 reads otherwise than a reader would (no -> false, 0576 ->
+    382, 7:28 -> 448): the spec says what it means or quotes it."""
+    text = node.value
+    if node.tag.endswith(":bool") and text.lower() not in ("true", "false"):
+        raise SpecError(_mark(path, node), f"{text!r} is read as a boolean by YAML 1.1",
+                        f"write true or false, or quote it ('{text}') for the word")
+    if node.tag.endswith((":int", ":float")) and _YAML11_NUMBER.fullmatch(text):
+        raise SpecError(_mark(path, node), f"{text!r} is read by YAML 1.1 as the number "
+                        f"{yaml.SafeLoader('').construct_object(node)!r} (octal, base 60 or digit groups)",
+                        "write the number in plain decimal digits, or quote it for a string")
+
+
+def _reject_anchors_and_tags(text: str, path: str) -> None:
+    """Anchors, aliases, merge keys and explicit tags are not part of the spec language (aliases can
+    also expand a small file into a huge tree): one pass over the parse events finds them."""
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            where = Mark(path, event.start_mark.line + 1, event.start_mark.column + 1)
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise SpecError(where, "YAML anchors and aliases (&name, *name) are not supported",
+                                "write the value out where it is used")
+            if getattr(event, "tag", None) is not None:       # set only where the text writes a tag
+                raise SpecError(where, f"YAML tags ({event.tag}) are not supported", "remove the tag")
+            if isinstance(event, yaml.ScalarEvent) and event.value == "<<" and event.style is None:
+                raise SpecError(where, "YAML merge keys (<<) are not supported", "write the merged fields out")
+    except yaml.MarkedYAMLError:
+        return                       # reported with its position by the composer below
+
+
+MAX_NESTING = 64             # flow brackets a spec may nest ([ and {; a real spec needs 3)
+
+
+def _check_nesting(text: str, path: str) -> None:
+    """Reject deep flow nesting before the YAML parser sees it (it takes seconds, then recurses)."""
+    depth, quote = 0, None
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            quote = None             # (an apostrophe in a comment opens no quote past its line)
+        elif quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, i) + 1
+                raise SpecError(Mark(path, line, i - (text.rfind("\n", 0, i) + 1) + 1), "the YAML nests too deeply",
+                                f"a spec nests at most {MAX_NESTING} brackets")
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+
+
+def _check_text(text: str, path: str) -> None:
+    if len(text) > MAX_BYTES:
+        raise SpecError(Mark(path, 1, 1), f"the file has {len(text)} characters; a spec is at most {MAX_BYTES}",
+                        "is this the right file?")
+    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        col = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise SpecError(Mark(path, line, col), f"control character U+{ord(bad.group()):04X} in the file",
+                        "remove it (a spec is plain UTF-8 text)")
+
+
+def decode(data: bytes, path: str) -> str:
+    """A spec file's bytes as text: UTF-8 (a BOM is dropped), else a SpecError at the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = data[:exc.start]
+        line = start.count(b"\n") + 1
+        col = exc.start - (start.rfind(b"\n") + 1) + 1
+        raise SpecError(Mark(path, line, col), f"the file is not UTF-8 text (byte 0x{data[exc.start]:02X})",
+                        "save it as UTF-8") from None
 
 
 def load(text: str, path: str):
     """Parse one YAML document; a YAML syntax error becomes a SpecError with its position."""
+    _check_text(text, path)
+    _check_nesting(text, path)
+    _reject_anchors_and_tags(text, path)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
+        # an unclosed quote or bracket is reported where it opens, not at the end of the file
+        opened = exc.context_mark if exc.context and exc.context.startswith("while scanning") else None
+        mark = opened or exc.problem_mark or exc.context_mark
         where = Mark(path, mark.line + 1, mark.column + 1) if mark else Mark(path, 1, 1)
-        raise SpecError(where, f"YAML syntax error: {exc.problem or exc.context}") from None
+        raise SpecError(where, f"YAML syntax error: {exc.problem or exc.context}",
+                        "check the quotes, brackets and indentation here") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise SpecError(Mark(path, 1, 1), f"YAML error: {type(exc).__name__}: {str(exc)[:200]}",
+                        "keep to plain YAML mappings, lists and scalars") from None
     finally:
         loader.dispose()
     if node is None:
         raise SpecError(Mark(path, 1, 1), "the spec is empty", "start from one of the specs in specs/")
-    return _convert(node, path, yaml.SafeLoader(""))
+    try:
+        return _convert(node, path, yaml.SafeLoader(""))
+    except RecursionError:
+        raise SpecError(Mark(path, 1, 1), "the YAML nests too deeply", "a spec is a few levels deep") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = Mark(path, mark.line + 1, mark.column + 1) if mark else Mark(path, 1, 1)
+        raise SpecError(where, f"YAML error: {getattr(exc, 'problem', None) or exc}", "keep to plain YAML") from None

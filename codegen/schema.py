@@ -50,7 +50,8 @@ class Int(Type):
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(value, mark, where, "write a whole number without quotes")
         if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
-            self.fail(value, mark, where)
+            bounds = [f">= {self.minimum}" if self.minimum is not None else "", f"<= {self.maximum}" if self.maximum is not None else ""]
+            self.fail(value, mark, where, "use a whole number " + " and ".join(b for b in bounds if b))
         return value
 
     def json(self):
@@ -108,7 +109,7 @@ class Str(Type):
 
     def check(self, value, mark, where):
         if not isinstance(value, str):
-            self.fail(value, mark, where)
+            self.fail(value, mark, where, "write it as a string (quote it if YAML reads it as something else)")
         if self.enum is not None and value not in self.enum:
             close = difflib.get_close_matches(value, self.enum, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "use one of the listed values"
@@ -132,7 +133,7 @@ class Null(Type):
 
     def check(self, value, mark, where):
         if value is not None:
-            self.fail(value, mark, where)
+            self.fail(value, mark, where, "write null")
         return None
 
     def json(self):
@@ -159,7 +160,10 @@ class OneOf(Type):
             if isinstance(value, MarkedDict) and isinstance(option, Obj) or \
                isinstance(value, MarkedList) and isinstance(option, ListOf):
                 raise err
-        self.fail(value, mark, where)
+        # Otherwise the first option's hint that says more than the type (a range, a close name).
+        fix = next((err.fix for option, err in zip(self.options, errors) if err.fix and not isinstance(option, Null)),
+                   f"write {self.doc_name}")
+        self.fail(value, mark, where, fix)
 
     def json(self):
         return {"oneOf": [o.json() for o in self.options]}

@@ -1,0 +1,158 @@
+"""Malformed spec files, derived by code from the shipped specs: every one is a SpecError at
+path:line:col with a fix, never a traceback, in bounded time (encodings, control characters, YAML
+constructs the language leaves out, and YAML 1.1 readings that differ from the text)."""
+import re
+import time
+
+import pytest
+
+from codegen import build
+from codegen.errors import SpecError
+from tests.harness import ROOT, SPECS
+
+SHIPPED = {name: (ROOT / "specs" / f"{name}.yaml").read_text() for name in SPECS}
+
+
+def plain_values(text: str):
+    """(line index, value) of each `key: value` line whose value is a plain scalar."""
+    for i, line in enumerate(text.splitlines()):
+        m = re.match(r"^\s*([a-z_]+): ([^\s{\[#'\"][^#\s]*)\s*(#.*)?$", line)
+        if m and m.group(1) not in ("summary", "doc"):
+            yield i, m.group(2)
+
+
+def replace_value(text: str, index: int, old: str, new: str) -> str:
+    lines = text.splitlines()
+    lines[index] = lines[index].replace(f": {old}", f": {new}", 1)
+    return "\n".join(lines) + "\n"
+
+
+def mutations():
+    """(id, file bytes, line it must name or None, words the message must hold) for each shipped spec."""
+    for name, text in SHIPPED.items():
+        values = list(plain_values(text))
+        for i, old in values:
+            for new, words in (("no", "boolean"), ("on", "boolean"), ("Off", "boolean"), ("YES", "boolean"),
+                               ("0576", "octal"), ("0100", "octal"), ("7:28", "base 60"), ("1_024", "digit groups"),
+                               ("!foo 1", "tags"), ("!!int 8", "tags"), ("&a 1", "anchors")):
+                yield f"{name}-L{i + 1}-{new}", replace_value(text, i, old, new).encode(), i + 1, [words]
+        first = values[0][0]
+        lines = text.splitlines()
+        yield f"{name}-latin1", ("\n".join(lines[:first] + [lines[first] + " # caf\xe9"]) + "\n").encode("latin-1"), \
+            first + 1, ["not UTF-8"]
+        yield f"{name}-utf16", text.encode("utf-16"), 1, ["not UTF-8"]
+        yield f"{name}-binary", bytes(range(256)) * 4, None, ["not UTF-8"]
+        for char in ("\x00", "\x07", "\x1b"):
+            yield f"{name}-control-{ord(char)}", (text[:40] + char + text[40:]).encode(), None, ["control character"]
+        yield f"{name}-alias", (text + "extra: &x [1]\nmore: *x\n").encode(), None, ["anchors"]
+        yield f"{name}-merge", (text + "tuning:\n  <<: {a: 1}\n").encode(), None, ["merge keys"]
+        yield f"{name}-nesting", (text + "deep: " + "[" * 20000 + "]" * 20000 + "\n").encode(), None, ["nests too deeply"]
+        yield f"{name}-bomb", (text + "".join(f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 10) if k else '1'}]\n"
+                                              for k in range(8))).encode(), None, ["anchors"]
+        yield f"{name}-unclosed-quote", replace_value(text, values[1][0], values[1][1], "'open").encode(), None, \
+            ["YAML syntax error"]
+        yield f"{name}-huge", (text + "# " + "x" * (1 << 20) + "\n").encode(), 1, ["at most"]
+
+
+CASES = list(mutations())
+
+
+@pytest.mark.parametrize("data,line,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_spec_is_one_located_error_with_a_fix(tmp_path, data, line, words):
+    path = tmp_path / "specs" / "dsv4_k.yaml"
+    path.parent.mkdir()
+    path.write_bytes(data)
+    start = time.perf_counter()
+    with pytest.raises(SpecError) as err:
+        kind, tree, display, digest = build.load_spec(path, tmp_path)
+        build.build_layout(tree, display, digest)
+    assert time.perf_counter() - start < 2.0
+    text = err.value.render()
+    m = re.match(r"specs/dsv4_k\.yaml:(\d+):(\d+): ", text)
+    assert m, text
+    if line is not None:
+        assert int(m.group(1)) == line, text
+    assert "(fix: " in text, text
+    for w in words:
+        assert w in text, (w, text)
+
+
+def test_the_corpus_is_large():
+    assert len(CASES) >= 300
+
+
+def test_quoted_and_plain_decimal_values_still_load():
+    """The rejections above are of readings, not of values: quoted strings and decimal numbers load."""
+    text = SHIPPED["dsv4_k"].replace("align: 576", "align: 576   # plain decimal")
+    from codegen import marked_yaml
+    tree = marked_yaml.load(text, "x.yaml")
+    assert tree["page"]["align"] == 576
+    assert marked_yaml.load("a: 'no'\nb: '0576'\nc: 0x20\nd: 1.0e-8\n", "x.yaml") == {"a": "no", "b": "0576", "c": 32, "d": 1e-8}
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+GOOD = SHIPPED["dsv4_k"]
+SEMANTIC = [
+    # (what, spec text, file name, words the message must hold): accepted before, broken at import, compile or call
+    ("plane is a parameter name", edit(GOOD, "planes: [k]", "planes: [loc]"), "dsv4_k", ["planes[0]", "'loc'"]),
+    ("plane is a module name", edit(GOOD, "planes: [k]", "planes: [torch]"), "dsv4_k", ["planes[0]"]),
+    ("plane is a keyword", edit(GOOD, "planes: [k]", "planes: [class]"), "dsv4_k", ["keyword"]),
+    ("name is a keyword", edit(GOOD, "name: dsv4_k", "name: def"), "def", ["cannot name a Python module"]),
+    ("name is compat", edit(GOOD, "name: dsv4_k", "name: compat"), "compat", ["cannot name a Python module"]),
+    ("heads unbounded", edit(GOOD, "heads: 1", "heads: 100000000000000000000"), "dsv4_k", ["heads", "4096"]),
+    ("values unbounded", edit(GOOD, "values: 448", "values: 1180591620717411303424"), "dsv4_k", ["values"]),
+    ("align unbounded", edit(GOOD, "align: 576", "align: 1000000000000"), "dsv4_k", ["align"]),
+    ("pad_to unbounded", edit(GOOD, "pad_to: 8", "pad_to: 1000000000000"), "dsv4_k", ["pad_to"]),
+    ("num_warps not a power of two", edit(GOOD, "tuning:\n", "tuning:\n  gather_dequant: {num_warps: 3}\n"), "dsv4_k",
+     ["num_warps", "power of two"]),
+    ("block_tokens past Triton's tensors", edit(GOOD, "tuning:\n", "tuning:\n  gather_dequant: {block_tokens: 1048576}\n"),
+     "dsv4_k", ["block_tokens"]),
+    ("one exponent for all", edit(GOOD, "    group: {values: 64}\n", "    group: {values: 64}\n    exponent_range: [127, 127]\n"),
+     "dsv4_k", ["exponent_range", "lo < hi"]),
+]
+
+
+@pytest.mark.parametrize("text,stem,words", [c[1:] for c in SEMANTIC], ids=[c[0] for c in SEMANTIC])
+def test_specs_that_would_break_later_are_rejected(tmp_path, text, stem, words):
+    path = tmp_path / "specs" / f"{stem}.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        build.build_layout(*build.load_spec(path, tmp_path)[1:])
+    rendered = err.value.render()
+    assert re.match(rf"specs/{stem}\.yaml:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
+    for w in words:
+        assert w in rendered, (w, rendered)
+
+
+CLASH = """kvlayout: 1
+name: clash
+summary: buffer a holding group b_c beside buffer a_b holding group c
+planes: [k]
+heads: 1
+record:
+  - {name: p, values: 64, dtype: fp8_e4m3fn, scale: b_c}
+  - {name: q, values: 64, dtype: fp8_e4m3fn, scale: c}
+scales:
+  b_c: {format: ue8m0, rule: rceil, group: {values: 64}}
+  c: {format: ue8m0, rule: rceil, group: {values: 64}}
+buffers:
+  cache: [{holds: records, order: [slot, head]}]
+  a: [{holds: b_c, order: [slot, head, scale]}]
+  a_b: [{holds: c, order: [slot, head, scale]}]
+ops: [gather_dequant]
+"""
+
+
+def test_generated_constexpr_names_must_not_collide(tmp_path):
+    path = tmp_path / "specs" / "clash.yaml"
+    path.parent.mkdir()
+    path.write_text(CLASH)
+    with pytest.raises(SpecError, match=r"clash\.yaml:\d+:\d+: buffers: .*generated name A_B_C_\w+ \(fix: "):
+        build.build_layout(*build.load_spec(path, tmp_path)[1:])
+    path.write_text(CLASH.replace("a_b:", "z:"))
+    build.build_layout(*build.load_spec(path, tmp_path)[1:])        # distinct names: accepted
