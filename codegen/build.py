@@ -133,7 +133,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     )
 
 
-# Default launch shapes (a good middle in the H200 sweeps, bench/RESULTS.md); a spec's `tuning` overrides them per op.
+# Default launch shapes (a good middle in the H200 sweeps, `kvlayout bench --sweep`); a spec's `tuning` overrides them per op.
 DEFAULT_LAUNCH = {
     "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4, "lane_group": 4,
                        "dependent_launch": False, "early_release": False},

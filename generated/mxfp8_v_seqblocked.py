@@ -882,7 +882,7 @@ def _slice_rows(first_row, row_stride, ok, count, ROWS: tl.constexpr):
     from row `count` on) as a tuple, and each value index's largest magnitude over them (fp32 bits).
     Vectors, not one [rows, values] tile: their max is elementwise, where a tile's max over rows has the
     program's warps exchange partial maxima through shared memory (on the H200 a 2048-token prefill's
-    lone kernel took 4.7 us with such tiles, 3.3 with vectors, bench/RESULTS.md)."""
+    lone kernel took 4.7 us with such tiles, 3.3 with vectors)."""
     rows = ()
     lanes = tl.zeros_like(ok.to(tl.int32))      # row numbers as tensors: the interpreter rejects tensor & scalar masks
     magnitude = lanes

@@ -185,3 +185,11 @@ def test_seqblocked_scale_offsets_match_the_seed_strides():
     assert {t.text: t.stride.evaluate(env) for t in sf.terms} == {"head": 128 * 4, "dim": 4, "block": 1}
     rec = m.records_region
     assert {t.text: t.stride.evaluate(env) for t in rec.terms} == {"slot": 8 * 128, "head": 128}
+
+
+def test_results_summary_is_generated_from_the_bench_json():
+    """bench/RESULTS.md is `python -m bench.report`'s output from bench/*.json, a short summary."""
+    from bench import report
+    text = report.render()
+    assert (ROOT / "bench" / "RESULTS.md").read_text() == text, "run python -m bench.report"
+    assert len(text.splitlines()) <= 120
