@@ -346,6 +346,11 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
                                  "any other argument")
 
 
+def _check_apart(names: tuple, tensors: tuple, written: tuple) -> None:
+    """_check_disjoint for a call's tensors themselves (the checked path)."""
+    _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors)
+
+
 class _Plan:
     """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
     naming which argument positions take which of the call's tensors."""
@@ -497,7 +502,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
     tensors = (loc, *views, *cache)
-    _check_disjoint(_STORE_NAMES, [t.data_ptr() for t in tensors], _STORE_WRITTEN, tuple(_extent(t) for t in tensors), tensors)
+    _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
     return tuple(views), geo, num_pages
 
 
@@ -948,7 +953,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
     tensors = (token_ids, *cache, *outs)
-    _check_disjoint(_GATHER_NAMES, [t.data_ptr() for t in tensors], _GATHER_WRITTEN, tuple(_extent(t) for t in tensors), tensors)
+    _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
     return outs, geo, num_pages
 
 
@@ -1005,7 +1010,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     tensors = (loc, k, *cache) if isinstance(cache, tuple) else None
     key, pointers = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH))
     plan = _PLANS["quantize_store"].get(key)
-    if plan is not None:      # this call signature passed every check before: replay its launch
+    if plan is not None:      # this call signature passed every check before: replay its launches
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(tensors)
         return
@@ -1192,14 +1197,7 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
     pdl: accepted for the signature every op shares (these launches are plain).
     """
-    page_size = _index(page_size, "page_size")
-    heads, values = _cache_dims(cache)
-    device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
-    _check_index("page_ids", page_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
-    tensors = (page_ids, *cache)
-    _check_disjoint(("page_ids",) + _CACHE_NAMES, [t.data_ptr() for t in tensors], tuple(range(1, len(tensors))),
-                    tuple(_extent(t) for t in tensors), tensors)
+    num_pages = _prepare_reset(cache, page_ids, page_size)
     if page_ids.shape[0] == 0:
         return
     for t in cache:
@@ -1212,13 +1210,20 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
 _RESET_BLOCK = 4096
 
 
-def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
-    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is accepted and ignored)."""
+def _prepare_reset(cache, page_ids, page_size) -> int:
+    """Checks for reset_pages (and its reference); returns the cache's page count."""
     page_size = _index(page_size, "page_size")
     heads, values = _cache_dims(cache)
     device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
     _check_index("page_ids", page_ids, device)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device)
+    _check_apart(("page_ids",) + _CACHE_NAMES, (page_ids, *cache), tuple(range(1, 1 + len(cache))))
+    return num_pages
+
+
+def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
+    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is accepted and ignored)."""
+    num_pages = _prepare_reset(cache, page_ids, page_size)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
     for t in cache:

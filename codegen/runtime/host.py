@@ -125,6 +125,11 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
                                  "any other argument")
 
 
+def _check_apart(names: tuple, tensors: tuple, written: tuple) -> None:
+    """_check_disjoint for a call's tensors themselves (the checked path)."""
+    _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors)
+
+
 class _Plan:
     """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
     naming which argument positions take which of the call's tensors."""
