@@ -61,8 +61,23 @@ def assert_same_bytes(got, want, what: str) -> None:
 
 
 def assert_same_cache(m, got, want, what: str) -> None:
-    for field, a, b in zip(m.Cache._fields, got, want):
+    for field, a, b in zip(m.Cache._fields, got, want, strict=True):
         assert_same_bytes(a, b, f"{what}: cache.{field}")
+
+
+def per_plane(m, result) -> tuple:
+    """A reader's result as one tensor per plane: a tensor for one plane, else a tuple of exactly one
+    per plane (so a missing or extra plane fails)."""
+    if len(m.PLANES) == 1:
+        assert isinstance(result, torch.Tensor), type(result)
+        return (result,)
+    assert isinstance(result, tuple) and len(result) == len(m.PLANES), type(result)
+    return result
+
+
+def pairs(m, got, want) -> list:
+    """(plane, got, want) for each plane of two reader results."""
+    return list(zip(m.PLANES, per_plane(m, got), per_plane(m, want), strict=True))
 
 
 def unique_slots(num_slots: int, count: int, gen, extra=()) -> torch.Tensor:

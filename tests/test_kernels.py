@@ -10,7 +10,7 @@ import torch
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import (KernelStub, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
-                           unique_slots)
+                           pairs, per_plane, unique_slots)
 
 SOURCE_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -74,12 +74,12 @@ def test_gather_dequant(name, out_dtype):
     got = m.gather_dequant(cache, ids, page, out=out)
     want = m.gather_dequant_ref(cache, ids, page, out=out_ref)
     assert (got is out) and (want is out_ref)
-    for plane, a, b in zip(m.PLANES, work, work_ref):
+    for plane, a, b in zip(m.PLANES, work, work_ref, strict=True):
         assert_same_bytes(a, b, f"{name}.gather_dequant workspace ({plane})")
     # The default destination: fresh bf16 tensors.
     got = m.gather_dequant(cache, ids.to(torch.int64), page)
     want = m.gather_dequant_ref(cache, ids.to(torch.int64), page)
-    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+    for _, a, b in pairs(m, got, want):
         assert a.dtype == torch.bfloat16 and a.shape == (tokens, heads, values)
         assert_same_bytes(a, b, f"{name}.gather_dequant default out")
 
@@ -107,7 +107,7 @@ def test_gather_dequant_lane_groups(name, most):
     finally:
         m.LAUNCH["gather_dequant"] = saved
     want = m.gather_dequant_ref(cache, ids, page)
-    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+    for _, a, b in pairs(m, got, want):
         assert_same_bytes(a, b, f"{name}.gather_dequant, lane groups of {group}")
 
 
@@ -132,8 +132,7 @@ def test_quantize_store(name, src_dtype):
     assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store")
     if m.SINK_SLOT is not None:   # the sink slot's bytes never change
         ids = torch.tensor([m.SINK_SLOT], device=DEVICE)
-        for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in
-                          (m.gather_dequant_ref(cache, ids, page), m.gather_dequant_ref(before, ids, page)))):
+        for _, a, b in pairs(m, m.gather_dequant_ref(cache, ids, page), m.gather_dequant_ref(before, ids, page)):
             assert_same_bytes(a, b, f"{name}: sink slot")
 
 
@@ -355,8 +354,7 @@ def test_one_row_per_program(name, monkeypatch):
     num_slots = num_pages * page
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     ids = torch.randint(-1, num_slots + 1, (7,), generator=gen).to(DEVICE)
-    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in
-                      (m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)))):
+    for _, a, b in pairs(m, m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)):
         assert_same_bytes(a, b, f"{name}.gather_dequant, one row per program")
     if "quantize_store" in m.OPS:
         cache_ref = clone(m, cache)
@@ -481,7 +479,7 @@ def test_chained_calls_see_each_other(name, monkeypatch):
     start = fresh_cache(m, num_pages, page, heads, values, gen)
 
     def as_tuple(x):
-        return x if isinstance(x, tuple) else (x,)
+        return tuple(per_plane(m, x))
 
     # the references, step by step: each step's gathered planes, then (dense ops) its dequantized rows
     cache_ref = clone(m, start)
@@ -518,7 +516,7 @@ def test_chained_calls_see_each_other(name, monkeypatch):
                 assert_same_bytes(a, b, f"{name}: {how} chain, step {i}, output {j}")
         assert_same_cache(m, cache, cache_ref, f"{name}: {how} chain, the cache")
         if how == "eager":
-            for t, s in zip(cache, start):
+            for t, s in zip(cache, start, strict=True):
                 t.copy_(s)
             for o in [t for g in gathered for t in as_tuple(g)] + dequantized:
                 random_bytes(o, gen)
