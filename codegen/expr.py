@@ -211,3 +211,12 @@ def divisible(e: Expr, k: int) -> bool:
     if isinstance(e, RoundUp):
         return e.multiple % k == 0 or divisible(e.num, k)
     return False
+
+
+def contains(e: Expr, kind: type) -> bool:
+    """Whether e has a node of the given class (e.g. RoundUp: the module then needs _round_up)."""
+    if isinstance(e, kind):
+        return True
+    children = {Sum: lambda x: x.terms, Product: lambda x: x.factors, FloorDiv: lambda x: (x.num,),
+                RoundUp: lambda x: (x.num,)}.get(type(e), lambda x: ())(e)
+    return any(contains(c, kind) for c in children)

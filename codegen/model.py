@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .expr import Expr, const
+from .expr import Expr, RoundUp, const, contains
 from .formats import FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
 
 # Call-time symbols and what they mean.
@@ -228,6 +228,46 @@ class Layout:
         return tuple((f"{p}_{b.name}", p, b) for p in self.planes for b in self.buffers)
 
     @property
+    def page_bytes_names(self) -> tuple:
+        """The geometry name of each Cache field's bytes per page, in field order."""
+        return tuple(b.page_bytes_name for _, _, b in self.cache_fields)
+
+    @property
+    def needs(self) -> frozenset:
+        """The helper families this layout's ops call, so a module carries exactly the helpers it uses:
+        write_values / read_values (per segment and scale group: quantize_store and quantize /
+        gather_dequant and dequantize), encode (fp8 encoders, amax, scale rules), decode, pow2 (2**n from
+        bits), cast (the references' NaN-exact casts), store_checks, out_checks (gather's outputs the
+        caller passes), launch_shape, lane_group and round_up (a page padded to `align`)."""
+        ops = set(self.ops)
+        writes_values = bool(ops & {"quantize_store", "quantize"})
+        reads = bool(ops & {"gather_dequant", "dequantize"})
+        writes = writes_values or "append" in ops
+        quantized = bool(self.quantized_segments)
+        need = set()
+        if writes_values:
+            need.add("write_values")
+        if reads:
+            need |= {"read_values", "cast"}
+        if "gather_dequant" in ops:
+            need |= {"out_checks", "lane_group"}
+        if writes_values and any(s.raw is not None for s in self.segments):
+            need.add("cast")
+        if quantized and writes:
+            need.add("encode")
+            if any(not g.exact for g in self.scales):
+                need.add("pow2")
+        if quantized and (reads or "append" in ops):
+            need.add("decode")
+        if ops & {"quantize_store", "append"}:
+            need.add("store_checks")
+        if ops - {"append"}:
+            need.add("launch_shape")
+        if any(contains(e, RoundUp) for _, e in self.geometry) or any(contains(e, RoundUp) for b in self.buffers for e in b.shape):
+            need.add("round_up")
+        return frozenset(need)
+
+    @property
     def element_formats(self) -> tuple:
         """The distinct element formats of the quantized segments, in order."""
         return tuple({s.element.name: s.element for s in self.segments if s.quantized}.values())
@@ -264,6 +304,11 @@ class Layout:
         """uint8 for ue8m0 scales, float32 for fp32 ones (build checks a dense layout uses one format)."""
         formats = {g.format.name for g in self.scales}
         return "float32" if formats == {"fp32"} else "uint8"
+
+    @property
+    def dense_scale_size(self) -> int:
+        """Bytes of one entry of the dense scale tensor (its dtype's element size)."""
+        return 4 if self.dense_scale_dtype == "float32" else 1
 
     @property
     def dense_data(self) -> tuple:

@@ -63,15 +63,52 @@ def _env() -> jinja2.Environment:
     return env
 
 
+# Runtime helpers a module carries only when its layout needs their family (Layout.needs).
+RUNTIME_OPTIONAL = {
+    "checks": {"_round_up": "round_up", "_prepare_store": "store_checks", "_check_rows": "store_checks",
+               "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
+               "_lane_group": "lane_group"},
+    "host": {"_check_distinct_elements": "out_checks"},
+    "numerics": {"_exp2i": "pow2", "_magnitude_bits": "encode", "_saturate": "encode", "_encode_fp8_bits": "encode",
+                 "_decode_fp8_bits": "decode"},
+    "ref_numerics": {"_ref_magnitude_bits": "encode", "_ref_exp2i": "pow2", "_ref_encode": "encode",
+                     "_ref_decode": "decode", "_ref_cast": "cast"},
+    "reset": {},
+}
+
+
 @functools.lru_cache(maxsize=None)
-def runtime_source(name: str) -> str:
-    """The part of codegen/runtime/<name>.py below its COPY marker: ordinary source that every
-    generated module carries verbatim (so modules stay standalone)."""
+def _runtime_parts(name: str) -> tuple:
+    """codegen/runtime/<name>.py below its COPY marker, as (top-level name or None, source) parts, each
+    with its decorators and leading comments."""
     text = (RUNTIME / f"{name}.py").read_text()
     head, marker, body = text.partition(COPY_MARKER)
     if not marker:
         raise RuntimeError(f"codegen/runtime/{name}.py has no '{COPY_MARKER}' line")
-    return body.split("\n", 1)[1].strip("\n") + "\n"
+    offset = head.count("\n") + 1                     # the marker's line
+    lines = text.split("\n")
+    nodes = [n for n in ast.parse(text).body if n.lineno > offset]
+    parts, start = [], offset                          # 0-based index of the first line after the marker
+    for node, following in zip(nodes, nodes[1:] + [None]):
+        end = (min([following.lineno] + [d.lineno for d in getattr(following, "decorator_list", [])]) - 1 if following is not None
+               else len(lines))
+        # Comments and blank lines before the next node go with it.
+        while end > start and (not lines[end - 1].strip() or (following is not None and lines[end - 1].startswith("#"))):
+            end -= 1
+        named = node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else None
+        parts.append((named, "\n".join(lines[start:end]).strip("\n")))
+        start = end
+    return tuple(parts)
+
+
+def runtime_source(name: str, layout: Layout | None = None) -> str:
+    """The ordinary source of codegen/runtime/<name>.py below its COPY marker, which every generated
+    module carries verbatim (so modules stay standalone); with a layout, without the optional helpers
+    (RUNTIME_OPTIONAL) whose family the layout does not need."""
+    optional = RUNTIME_OPTIONAL[name]
+    keep = [src for named, src in _runtime_parts(name)
+            if layout is None or named not in optional or optional[named] in layout.needs]
+    return "\n\n\n".join(keep) + "\n"
 
 
 def wrap_params(items, indent: int = 4, width: int = 112) -> str:
@@ -94,35 +131,6 @@ def tidy(text: str) -> str:
     return re.sub(r"\n{4,}", "\n\n\n", text)
 
 
-def drop_unused_helpers(text: str) -> str:
-    """Remove the module-level private functions that nothing else in the module reaches: the
-    templates emit a layout's helpers per scale group and segment, and the ops a spec leaves out
-    leave some of them unused (a module without quantize has no encoder of rows)."""
-    tree = ast.parse(text)
-    helpers = {node.name: node for node in tree.body
-               if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
-    calls = {}                                   # top-level node -> the helpers it names
-    for node in tree.body:
-        names = {sub.id if isinstance(sub, ast.Name) else sub.attr for sub in ast.walk(node)
-                 if isinstance(sub, (ast.Name, ast.Attribute))}
-        calls[node] = names & helpers.keys()
-    # Mark from everything that is not a private function, then sweep.
-    reached = set()
-    todo = [node for node in tree.body if node not in helpers.values()]
-    while todo:
-        for name in calls[todo.pop()] - reached:
-            reached.add(name)
-            todo.append(helpers[name])
-    lines = text.split("\n")
-    for node in sorted((n for name, n in helpers.items() if name not in reached), key=lambda n: n.lineno, reverse=True):
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        last = node.end_lineno          # and the blank lines after it (the next definition keeps its own)
-        while last < len(lines) and not lines[last].strip():
-            last += 1
-        del lines[first - 1:last]
-    return tidy("\n".join(lines)).rstrip("\n") + "\n"
-
-
 def address(layout: Layout, region: Region, skip: tuple = (), names: dict | None = None, prefix: str = "") -> str:
     """The byte offset of a region element as a sum of coordinate * stride terms.
 
@@ -143,8 +151,9 @@ def address(layout: Layout, region: Region, skip: tuple = (), names: dict | None
 
 def render_layout(layout: Layout) -> str:
     template = _env().get_template("layout.py.j2")
-    return drop_unused_helpers(tidy(template.render(L=layout, header=header(layout.spec_path),
-                                                    address=lambda region, **kw: address(layout, region, **kw))))
+    text = template.render(L=layout, header=header(layout.spec_path),
+                           address=lambda region, **kw: address(layout, region, **kw))
+    return tidy(text).rstrip("\n") + "\n"
 
 
 def render_compat(compat: Compat) -> str:

@@ -65,6 +65,8 @@ class Cache(NamedTuple):
 # The Cache field whose last two dims give (heads, values) where the spec leaves them to the tensors.
 _RECORDS_FIELD = "cache.k_cache"
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_FIELD[len("cache."):])
+# The geometry entry giving each Cache field's bytes per page.
+_PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
 _CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
 _STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES
@@ -75,36 +77,7 @@ _GATHER_WRITTEN = tuple(range(1 + len(Cache._fields), len(_GATHER_NAMES)))
 _PLANS = {op: {} for op in OPS}
 
 
-def clear_plans() -> None:
-    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
-    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
-    for plans in _PLANS.values():
-        plans.clear()
-
-
 # --- geometry: every number a kernel needs, from the spec's model -------------------------------
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def _cdiv(a: int, b: int) -> int:
-    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
-    return -(-a // b)
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
-
-
-def geometry(page_size: int, heads: int, values: int) -> dict:
-    """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError)."""
-    return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
-
 
 @functools.lru_cache(maxsize=256)
 def _geometry(page_size: int, heads: int, values: int) -> dict:
@@ -133,16 +106,6 @@ def _geometry(page_size: int, heads: int, values: int) -> dict:
     )
 
 
-def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
-    """geometry(), a size error naming the tensor whose shape gave heads and values."""
-    try:
-        return geometry(page_size, heads, values)
-    except ValueError as err:
-        if str(err).startswith("page_size:"):
-            raise
-        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
-
-
 def cache_shapes(num_pages: int, page_size: int, *, heads: int = HEADS, values: int = VALUES) -> dict:
     """{field: (shape, dtype)} of every Cache tensor: (num_pages, ...) holding each page's bytes."""
     num_pages, page_size = _index(num_pages, "num_pages"), _index(page_size, "page_size")
@@ -165,6 +128,45 @@ def alloc_cache(num_pages: int, page_size: int, *, heads: int = HEADS, values: i
 
 
 # --- argument checks: every problem is a ValueError naming the argument, raised before launch ---
+
+def clear_plans() -> None:
+    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
+    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    for plans in _PLANS.values():
+        plans.clear()
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _prev_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def geometry(page_size: int, heads: int, values: int) -> dict:
+    """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError)."""
+    return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
+
+
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
+    """geometry(), a size error naming the tensor whose shape gave heads and values."""
+    try:
+        return geometry(page_size, heads, values)
+    except ValueError as err:
+        if str(err).startswith("page_size:"):
+            raise
+        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
+
 
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
     if not isinstance(t, torch.Tensor):
@@ -207,13 +209,6 @@ def _check_rows(name: str, t, device, values=None) -> torch.Tensor:
     return t
 
 
-def _cache_dims(cache) -> tuple:
-    """(heads, values) of a cache: from the spec, else from the records buffer's last two dims."""
-    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
-        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    return HEADS, VALUES
-
-
 def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
     """Validate every Cache tensor; returns (geometry, num_pages). dims_from: (name, shape) of the
     tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
@@ -224,7 +219,7 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
     geo = _sized_geometry(page_size, heads, values, *dims_from)
     num_pages = None
-    for field, t, page_bytes in zip(Cache._fields, cache, (geo["CACHE_PAGE_BYTES"], )):
+    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
         _check_tensor(f"cache.{field}", t, None, None, device)
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
@@ -246,6 +241,88 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         elif nbytes // page_bytes != num_pages:
             raise ValueError(f"cache.{field}: holds {nbytes // page_bytes} pages, the other tensors {num_pages}")
     return geo, num_pages
+
+
+def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
+    """Checks for the writers: one (T, heads, values) source per plane; returns (3-D sources, geometry, pages)."""
+    first = srcs[0]
+    device = first.device if isinstance(first, torch.Tensor) else None
+    views = []
+    for plane, src in zip(PLANES, srcs):
+        src = _check_rows(plane, src, device, views[0].shape[2] if views else None)
+        _check_tensor(plane, src, SOURCE_DTYPES)
+        if views and src.shape != views[0].shape:
+            raise ValueError(f"{plane}: shape {tuple(src.shape)} differs from {PLANES[0]}'s {tuple(views[0].shape)}")
+        views.append(src)
+    n_tokens, heads, values = views[0].shape
+    cache_heads, cache_values = _cache_dims(cache)
+    if (heads, values) != (cache_heads, cache_values):
+        raise ValueError(f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, the cache "
+                         f"{cache_heads} of {cache_values}")
+    _check_index("loc", loc, device, n_tokens)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
+    tensors = (loc, *views, *cache)
+    _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
+    return tuple(views), geo, num_pages
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device `index`."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
+    """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
+    per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
+    call spreads over the whole GPU instead of queueing on a few SMs. No cap elsewhere (the interpreter)."""
+    if device.type != "cuda":
+        return 64
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _prev_pow2(max(1, rows * lanes // sms))
+
+
+def _lane_group(lanes: int, most: int) -> int:
+    """The largest divisor of `lanes` (planes x heads) that is at most `most`: the lanes of a gather
+    whose programs run side by side (see _gather_dequant_kernel)."""
+    return max(d for d in range(1, min(lanes, most) + 1) if lanes % d == 0)
+
+
+@functools.lru_cache(maxsize=16)
+def _compute_capability(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+# Set to False to launch every kernel plainly (a driver or graph runtime without programmatic
+# dependent launch); the bytes written are the same either way.
+DEPENDENT_LAUNCH = True
+
+
+def _dependent_launch(device: torch.device) -> bool:
+    """Whether kernels can launch as programmatic dependents of the stream's previous kernel (sm_90
+    and later; compiled kernels only, never under Triton's interpreter). Such a kernel's programs may
+    be scheduled while the previous kernel still runs; each waits for its end (and its writes) before
+    its first memory access (_wait_for_previous), so the bytes are those of a plain launch."""
+    return (DEPENDENT_LAUNCH and isinstance(_wait_for_previous, triton.runtime.JITFunction) and device.type == "cuda"
+            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
+
+
+def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
+    """An op's launch arguments for its place in the stream. PDL: launched as a programmatic dependent
+    of the previous kernel (see _dependent_launch), as `pdl` says, else as the op's dependent_launch
+    knob does. EARLY_RELEASE (the op's early_release knob, with PDL): it lets the stream's next kernel
+    launch at its own start. Both pay off in a stream of such kernels (the next one's launch overlaps
+    this one); next to plain launches the H200 took about 0.5 us more per call (bench/RESULTS.md)."""
+    knobs = LAUNCH[op]
+    on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
+    return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
+
+
+def _cache_dims(cache) -> tuple:
+    """(heads, values) of a cache: from the spec, else from the records buffer's last two dims."""
+    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
+        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    return HEADS, VALUES
 
 
 def _index(value, name: str, least: int = 1) -> int:
@@ -483,51 +560,6 @@ def _remember(plans: dict, key, plan) -> None:
 _MAX_PLANS = 256
 
 
-def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
-    """Checks for the writers: one (T, heads, values) source per plane; returns (3-D sources, geometry, pages)."""
-    first = srcs[0]
-    device = first.device if isinstance(first, torch.Tensor) else None
-    views = []
-    for plane, src in zip(PLANES, srcs):
-        src = _check_rows(plane, src, device, views[0].shape[2] if views else None)
-        _check_tensor(plane, src, SOURCE_DTYPES)
-        if views and src.shape != views[0].shape:
-            raise ValueError(f"{plane}: shape {tuple(src.shape)} differs from {PLANES[0]}'s {tuple(views[0].shape)}")
-        views.append(src)
-    n_tokens, heads, values = views[0].shape
-    cache_heads, cache_values = _cache_dims(cache)
-    if (heads, values) != (cache_heads, cache_values):
-        raise ValueError(f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, the cache "
-                         f"{cache_heads} of {cache_values}")
-    _check_index("loc", loc, device, n_tokens)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
-    tensors = (loc, *views, *cache)
-    _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
-    return tuple(views), geo, num_pages
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(index: int) -> int:
-    """Streaming multiprocessors of CUDA device `index`."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
-    """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
-    per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
-    call spreads over the whole GPU instead of queueing on a few SMs. No cap elsewhere (the interpreter)."""
-    if device.type != "cuda":
-        return 64
-    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return _prev_pow2(max(1, rows * lanes // sms))
-
-
-def _lane_group(lanes: int, most: int) -> int:
-    """The largest divisor of `lanes` (planes x heads) that is at most `most`: the lanes of a gather
-    whose programs run side by side (see _gather_dequant_kernel)."""
-    return max(d for d in range(1, min(lanes, most) + 1) if lanes % d == 0)
-
-
 @functools.lru_cache(maxsize=256)
 def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
     """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
@@ -542,43 +574,25 @@ def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
     )
 
 
-@functools.lru_cache(maxsize=16)
-def _compute_capability(index: int) -> int:
-    return torch.cuda.get_device_capability(index)[0]
-
-
-# Set to False to launch every kernel plainly (a driver or graph runtime without programmatic
-# dependent launch); the bytes written are the same either way.
-DEPENDENT_LAUNCH = True
-
-
-def _dependent_launch(device: torch.device) -> bool:
-    """Whether kernels can launch as programmatic dependents of the stream's previous kernel (sm_90
-    and later; compiled kernels only, never under Triton's interpreter). Such a kernel's programs may
-    be scheduled while the previous kernel still runs; each waits for its end (and its writes) before
-    its first memory access (_wait_for_previous), so the bytes are those of a plain launch."""
-    return (DEPENDENT_LAUNCH and isinstance(_wait_for_previous, triton.runtime.JITFunction) and device.type == "cuda"
-            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
-
-
-def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
-    """An op's launch arguments for its place in the stream. PDL: launched as a programmatic dependent
-    of the previous kernel (see _dependent_launch), as `pdl` says, else as the op's dependent_launch
-    knob does. EARLY_RELEASE (the op's early_release knob, with PDL): it lets the stream's next kernel
-    launch at its own start. Both pay off in a stream of such kernels (the next one's launch overlaps
-    this one); next to plain launches the H200 took about 0.5 us more per call (bench/RESULTS.md)."""
-    knobs = LAUNCH[op]
-    on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
-    return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
-
-
 # --- Triton building blocks -----------------------------------------------------------------------
 _F32_INF_BITS = tl.constexpr(0x7F800000)
+
+
 _F32_CANONICAL_NAN_BITS = tl.constexpr(0x7FFFFFFF)   # the NaN the GPU's fp32 arithmetic produces
+
+
 _F32_MANTISSA_MASK = tl.constexpr(0x7FFFFF)
+
+
 _F32_MANTISSA_BITS = tl.constexpr(23)
+
+
 _F32_BIAS = tl.constexpr(127)
+
+
 _F32_SMALLEST_SUBNORMAL_EXP = tl.constexpr(-149)
+
+
 _F32_2POW_MINUS_127_BITS = tl.constexpr(0x400000)    # 2**-127, the subnormal ue8m0 byte 0x00 means
 
 
@@ -1230,10 +1244,12 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
         t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
 
 # --- pure-torch references: the same bytes as the kernels, on any device -------------------------
-_F32_NAN_BITS = {16: 0x7FFF, 32: 0x7FFFFFFF}   # NaN the GPU writes when it converts to bf16/fp16, or computes in fp32
 _CODE_DTYPES = {
     "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F),
 }
+
+
+_F32_NAN_BITS = {16: 0x7FFF, 32: 0x7FFFFFFF}   # NaN the GPU writes when it converts to bf16/fp16, or computes in fp32
 
 
 def _ref_bytes(t: torch.Tensor) -> torch.Tensor:

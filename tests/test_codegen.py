@@ -56,15 +56,16 @@ def test_layout_modules_import_only_torch_and_triton(name):
     assert roots <= {"__future__", "functools", "inspect", "operator", "types", "typing", "torch", "triton"}, roots
 
 
+@pytest.mark.parametrize("runtime", sorted(p.stem for p in (ROOT / "codegen" / "runtime").glob("*.py") if p.stem != "__init__"))
 @pytest.mark.parametrize("name", SPECS)
-def test_layout_modules_carry_the_host_runtime_verbatim(name):
-    """codegen/runtime/host.py below its COPY marker is in every module as it is (reviewed once there)."""
+def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
+    """codegen/runtime/<file> below its COPY marker is in every module as it is (reviewed once there),
+    less the optional helpers the layout does not need, and the module imports what it imports."""
     from codegen import render
-    body = render.runtime_source("host")
+    body = render.runtime_source(runtime, layout(name))
     module = GENERATED[f"generated/{name}.py"]
-    assert body.count("\ndef ") >= 5 and body in module
-    # ... and the module imports what the runtime source imports above its COPY marker
-    head = (ROOT / "codegen" / "runtime" / "host.py").read_text().split(render.COPY_MARKER)[0]
+    assert body.count("\ndef ") >= 1 and body in module
+    head = (ROOT / "codegen" / "runtime" / f"{runtime}.py").read_text().split(render.COPY_MARKER)[0]
     for line in head.splitlines():
         if line.startswith(("import ", "from ")) and "__future__" not in line:
             assert f"\n{line}\n" in module, line
@@ -107,22 +108,27 @@ def test_plans_record_and_replay_with_a_stand_in_kernel():
     assert not plan.recordable                     # an argument that is none of the call's tensors
 
 
-def _module_source(name: str) -> str:
-    if name in SPECS:
-        return GENERATED[f"generated/{name}.py"]
-    from codegen import render
-    kind, tree, display, digest = load_spec(ROOT / "tests" / "specs" / f"{name}.yaml", ROOT)
-    return render.render_layout(build_layout(tree, display, digest))
+def _unused_helpers(text: str) -> list:
+    tree = ast.parse(text)
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    return sorted(defined - used)
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_every_private_helper_a_module_defines_is_used(name):
-    """Helpers are emitted per op: a module defines no private function it never calls."""
-    tree = ast.parse(_module_source(name))
-    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_")}
-    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
-    assert not defined - used, sorted(defined - used)
+    """The renderer emits exactly the helpers a layout's ops call (Layout.needs; nothing is deleted
+    afterwards): no module defines a private function it never calls, with all of its spec's ops or
+    with any one of them."""
+    import dataclasses
+    from codegen import render
+    folder = ROOT / "specs" if name in SPECS else ROOT / "tests" / "specs"
+    kind, tree, display, digest = load_spec(folder / f"{name}.yaml", ROOT)
+    full = build_layout(tree, display, digest)
+    for ops in [full.ops] + [(op,) for op in full.ops]:
+        one = dataclasses.replace(full, ops=ops, launch={op: full.launch[op] for op in ops})
+        assert not _unused_helpers(render.render_layout(one)), (ops, _unused_helpers(render.render_layout(one)))
 
 
 def test_schema_and_reference_list_every_field():

@@ -1,0 +1,220 @@
+"""Host-side helpers every generated module carries: sizes, argument checks, launch shapes.
+
+Everything below the COPY marker is copied into each generated module (see host.py), except the
+optional helpers a module's ops do not call (render.RUNTIME_OPTIONAL). The code is layout-free: it
+reads the layout's facts from the module-level names each generated module defines first (its
+HEADS, PLANES, LAUNCH, _geometry, ...), which are declared here as stand-ins so that this file
+imports and lints on its own.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+
+# Names each generated module defines before this code (stand-ins; see the module for their meaning).
+LAYOUT = "stand-in"
+HEADS: int | None = None
+PLANES: tuple = ()
+LAUNCH: dict = {}
+INDEX_DTYPES = (torch.int32, torch.int64)
+SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+Cache = tuple
+_PLANS: dict = {}
+_RECORDS_FIELD, _RECORDS_INDEX = "cache.stand_in", 0
+_PAGE_BYTES_NAMES: tuple = ()
+_STORE_NAMES: tuple = ()
+_STORE_WRITTEN: tuple = ()
+_geometry = _index = _cache_dims = _check_apart = _wait_for_previous = None
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+def clear_plans() -> None:
+    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
+    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    for plans in _PLANS.values():
+        plans.clear()
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _cdiv(a: int, b: int) -> int:
+    """Ceiling division on the host (triton.cdiv is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _prev_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def geometry(page_size: int, heads: int, values: int) -> dict:
+    """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError)."""
+    return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
+
+
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
+    """geometry(), a size error naming the tensor whose shape gave heads and values."""
+    try:
+        return geometry(page_size, heads, values)
+    except ValueError as err:
+        if str(err).startswith("page_size:"):
+            raise
+        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
+
+
+def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.is_meta:
+        raise ValueError(f"{name}: is a meta tensor (it holds no data)")
+    if dtypes is not None and t.dtype not in dtypes:
+        raise ValueError(f"{name}: dtype {t.dtype} is not supported; use one of {', '.join(map(str, dtypes))}")
+    if ndims is not None and t.dim() not in ndims:
+        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dims, got shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: is on {t.device}, but the other tensors are on {device}")
+
+
+def _check_index(name: str, t, device, length=None) -> None:
+    _check_tensor(name, t, INDEX_DTYPES, (1,), device)
+    if length is not None and t.shape[0] != length:
+        raise ValueError(f"{name}: has {t.shape[0]} entries, expected {length} (one per token)")
+    if t.stride(0) != 1 and t.shape[0] > 1:
+        raise ValueError(f"{name}: must be contiguous")
+
+
+def _check_rows(name: str, t, device, values=None) -> torch.Tensor:
+    """A (T, heads, values) source or destination; (T, heads * values) is viewed as 3-D where heads is fixed."""
+    _check_tensor(name, t, None, (2, 3), device)
+    if t.dim() == 2:
+        if HEADS is None:
+            raise ValueError(f"{name}: expected (tokens, heads, values), got shape {tuple(t.shape)}")
+        if t.shape[1] % HEADS:
+            raise ValueError(f"{name}: last dim {t.shape[1]} is not a multiple of {HEADS} heads")
+        t = t.view(t.shape[0], HEADS, t.shape[1] // HEADS)
+    if t.stride(2) != 1 and t.shape[2] > 1:
+        raise ValueError(f"{name}: the last dim must be contiguous (stride 1), got strides {tuple(t.stride())}")
+    if t.shape[1] == 0 or t.shape[2] == 0:
+        raise ValueError(f"{name}: shape {tuple(t.shape)} has no heads or no values")
+    if HEADS is not None and t.shape[1] != HEADS:
+        raise ValueError(f"{name}: expected {HEADS} head(s), got shape {tuple(t.shape)}")
+    if values is not None and t.shape[2] != values:
+        raise ValueError(f"{name}: expected {values} values per head, got shape {tuple(t.shape)}")
+    return t
+
+
+def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
+    """Validate every Cache tensor; returns (geometry, num_pages). dims_from: (name, shape) of the
+    tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
+    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
+        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if dims_from is None:
+        _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
+        dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
+    geo = _sized_geometry(page_size, heads, values, *dims_from)
+    num_pages = None
+    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
+        _check_tensor(f"cache.{field}", t, None, None, device)
+        if not t.is_contiguous():
+            raise ValueError(f"cache.{field}: must be contiguous")
+        nbytes = t.numel() * t.element_size()
+        if 0 < nbytes < page_bytes:
+            raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
+                             f"which holds {nbytes}")
+        if nbytes == 0 or nbytes % page_bytes:
+            raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
+                             f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
+        # The first dim counts pages, so a cache read or written with another page size than it
+        # was allocated for is caught even when its bytes happen to divide.
+        if t.dim() < 2 or t.shape[0] * page_bytes != nbytes:
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not (num_pages, ...) of {page_bytes}-byte pages "
+                             f"for page_size={page_size}; pass the page_size it was allocated with "
+                             "(see alloc_cache/cache_shapes)")
+        if num_pages is None:
+            num_pages = nbytes // page_bytes
+        elif nbytes // page_bytes != num_pages:
+            raise ValueError(f"cache.{field}: holds {nbytes // page_bytes} pages, the other tensors {num_pages}")
+    return geo, num_pages
+
+
+def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
+    """Checks for the writers: one (T, heads, values) source per plane; returns (3-D sources, geometry, pages)."""
+    first = srcs[0]
+    device = first.device if isinstance(first, torch.Tensor) else None
+    views = []
+    for plane, src in zip(PLANES, srcs):
+        src = _check_rows(plane, src, device, views[0].shape[2] if views else None)
+        _check_tensor(plane, src, SOURCE_DTYPES)
+        if views and src.shape != views[0].shape:
+            raise ValueError(f"{plane}: shape {tuple(src.shape)} differs from {PLANES[0]}'s {tuple(views[0].shape)}")
+        views.append(src)
+    n_tokens, heads, values = views[0].shape
+    cache_heads, cache_values = _cache_dims(cache)
+    if (heads, values) != (cache_heads, cache_values):
+        raise ValueError(f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, the cache "
+                         f"{cache_heads} of {cache_values}")
+    _check_index("loc", loc, device, n_tokens)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
+    tensors = (loc, *views, *cache)
+    _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
+    return tuple(views), geo, num_pages
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device `index`."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
+    """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
+    per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
+    call spreads over the whole GPU instead of queueing on a few SMs. No cap elsewhere (the interpreter)."""
+    if device.type != "cuda":
+        return 64
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _prev_pow2(max(1, rows * lanes // sms))
+
+
+def _lane_group(lanes: int, most: int) -> int:
+    """The largest divisor of `lanes` (planes x heads) that is at most `most`: the lanes of a gather
+    whose programs run side by side (see _gather_dequant_kernel)."""
+    return max(d for d in range(1, min(lanes, most) + 1) if lanes % d == 0)
+
+
+@functools.lru_cache(maxsize=16)
+def _compute_capability(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+# Set to False to launch every kernel plainly (a driver or graph runtime without programmatic
+# dependent launch); the bytes written are the same either way.
+DEPENDENT_LAUNCH = True
+
+
+def _dependent_launch(device: torch.device) -> bool:
+    """Whether kernels can launch as programmatic dependents of the stream's previous kernel (sm_90
+    and later; compiled kernels only, never under Triton's interpreter). Such a kernel's programs may
+    be scheduled while the previous kernel still runs; each waits for its end (and its writes) before
+    its first memory access (_wait_for_previous), so the bytes are those of a plain launch."""
+    return (DEPENDENT_LAUNCH and isinstance(_wait_for_previous, triton.runtime.JITFunction) and device.type == "cuda"
+            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
+
+
+def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
+    """An op's launch arguments for its place in the stream. PDL: launched as a programmatic dependent
+    of the previous kernel (see _dependent_launch), as `pdl` says, else as the op's dependent_launch
+    knob does. EARLY_RELEASE (the op's early_release knob, with PDL): it lets the stream's next kernel
+    launch at its own start. Both pay off in a stream of such kernels (the next one's launch overlaps
+    this one); next to plain launches the H200 took about 0.5 us more per call (bench/RESULTS.md)."""
+    knobs = LAUNCH[op]
+    on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
+    return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))

@@ -1,0 +1,154 @@
+"""Triton building blocks every generated module carries: fp32 bit constants, the dependent-launch
+wait, and the exact conversions (fp8 encode/decode by integer arithmetic, float-to-float casts).
+
+Everything below the COPY marker is copied into each generated module (see host.py), except the
+optional helpers a module's kernels do not call (render.RUNTIME_OPTIONAL). The per-format encoders
+and decoders that call these (one constant set per format, formats.py) are generated.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+_F32_INF_BITS = tl.constexpr(0x7F800000)
+_F32_CANONICAL_NAN_BITS = tl.constexpr(0x7FFFFFFF)   # the NaN the GPU's fp32 arithmetic produces
+_F32_MANTISSA_MASK = tl.constexpr(0x7FFFFF)
+_F32_MANTISSA_BITS = tl.constexpr(23)
+_F32_BIAS = tl.constexpr(127)
+_F32_SMALLEST_SUBNORMAL_EXP = tl.constexpr(-149)
+_F32_2POW_MINUS_127_BITS = tl.constexpr(0x400000)    # 2**-127, the subnormal ue8m0 byte 0x00 means
+
+
+@triton.jit
+def _wait_for_previous(PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr):
+    """A kernel's first step. PDL (a programmatic dependent launch, see _dependent_launch): wait for
+    the stream's previous kernel to end and its writes to show, before any memory access. Before
+    that, EARLY_RELEASE lets the stream's next kernel launch (it waits likewise for this one's end)."""
+    if PDL:
+        if EARLY_RELEASE:
+            tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
+# Under TRITON_INTERPRET=1, triton.jit gives interpreted functions, whose fp8 and bf16 conversions
+# differ from the GPU's (ties, carries, NaN, truncation): the kernels then convert by exact integer
+# arithmetic instead (_encode_fp8_bits, _decode_fp8_bits, _convert), so they give the same bytes
+# as on the GPU with a stock interpreter.
+_INTERPRETED = tl.constexpr(not isinstance(_wait_for_previous, triton.runtime.JITFunction))
+
+
+@triton.jit
+def _exp2i(n):
+    """2.0**n as fp32 for an int32 tensor n: exact from 2**-149 (subnormals included), 0.0 below."""
+    normal = (n + _F32_BIAS) << _F32_MANTISSA_BITS
+    shift = tl.minimum(tl.maximum(n - _F32_SMALLEST_SUBNORMAL_EXP, 0), _F32_MANTISSA_BITS - 1)
+    subnormal = tl.full(n.shape, 1, tl.int32) << shift
+    bits = tl.where(n >= 1 - _F32_BIAS, normal, tl.where(n >= _F32_SMALLEST_SUBNORMAL_EXP, subnormal, 0))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _magnitude_bits(x):
+    """|x| as fp32 bits; NaN reads as 0 so a max over bits ignores it, as the GPU's max.f32 does (it
+    returns the operand that is not NaN). The interpreter's tl.maximum is numpy's maximum (Triton 3.6,
+    NaN wins) or fmax (3.9), so there the bits are masked instead: the same result."""
+    if _INTERPRETED:
+        bits = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        return tl.where(bits > _F32_INF_BITS, 0, bits)
+    else:
+        return tl.maximum(tl.abs(x), 0.0).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def _saturate(q, FMAX: tl.constexpr):
+    """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
+    q = tl.where(q > FMAX, FMAX, q)
+    return tl.where(q < -FMAX, -FMAX, q)
+
+
+@triton.jit
+def _canonical_nan(x):
+    """Replace any NaN by the GPU's canonical fp32 NaN, so fp32 outputs are bit-exact everywhere."""
+    nan = tl.full(x.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where(x == x, x, nan)
+
+
+@triton.jit
+def _encode_fp8_bits(q, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr, DROPPED_BITS: tl.constexpr,
+                     BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr, STEP_MAGIC: tl.constexpr,
+                     STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr, NEGATIVE_ZERO: tl.constexpr):
+    """fp32 -> fp8 codes by integer arithmetic on q's bits, exactly as cvt.rn.satfinite: saturate to
+    +-FMAX, round to nearest even, NaN -> NAN_CODE. Used where no exact conversion exists: formats
+    without a native sm_90 one, and every format under Triton's interpreter (whose fp8 conversions
+    round ties away and mishandle specials).
+
+    A normal code is q's bits with the exponent rebased (REBASE_BITS) and DROPPED_BITS mantissa bits
+    rounded off (BELOW_HALF plus the kept lowest bit: ties to even; the carry may raise the exponent).
+    Below the smallest normal (MIN_NORMAL_BITS), adding and taking away STEP_MAGIC (its ulp is one
+    subnormal step) rounds |q| to a whole step, ties to even. NEGATIVE_ZERO: whether the format has
+    -0 (fnuz formats have none: 0x80 is their NaN)."""
+    q = _saturate(q, FMAX)
+    bits = q.to(tl.int32, bitcast=True)
+    magnitude = bits & 0x7FFFFFFF
+    rebased = magnitude - REBASE_BITS
+    normal = (rebased + BELOW_HALF + ((rebased >> DROPPED_BITS) & 1)) >> DROPPED_BITS
+    steps = ((tl.abs(q) + STEP_MAGIC) - STEP_MAGIC) * STEPS_PER_UNIT
+    codes = tl.where(magnitude < MIN_NORMAL_BITS, steps.to(tl.int32), normal)
+    sign = (bits >> 24) & 0x80
+    if NEGATIVE_ZERO:
+        codes = codes | sign
+    else:
+        codes = tl.where(codes == 0, 0, codes | sign)
+    return tl.where(q != q, NAN_CODE, codes).to(tl.uint8)
+
+
+@triton.jit
+def _decode_fp8_bits(codes, MANTISSA_BITS: tl.constexpr, REBASE_EXPONENT: tl.constexpr,
+                     SUBNORMAL_STEP: tl.constexpr, SPECIALS: tl.constexpr):
+    """fp8 codes (uint8) -> fp32 by integer arithmetic, exactly: normal codes move their exponent
+    (plus REBASE_EXPONENT) and mantissa into fp32's fields, subnormal ones are mantissa times
+    SUBNORMAL_STEP. SPECIALS: "fn" (magnitude 0x7F is NaN), "ieee" (an all-ones exponent is inf or
+    NaN) or "fnuz" (0x80 is NaN). NaN decodes to the canonical NaN, as the GPU's conversion does."""
+    c = codes.to(tl.int32)
+    magnitude = c & 0x7F
+    exponent = magnitude >> MANTISSA_BITS
+    mantissa = magnitude & ((1 << MANTISSA_BITS) - 1)
+    normal = ((exponent + REBASE_EXPONENT) << _F32_MANTISSA_BITS) | (mantissa << (_F32_MANTISSA_BITS - MANTISSA_BITS))
+    subnormal = (mantissa.to(tl.float32) * SUBNORMAL_STEP).to(tl.int32, bitcast=True)
+    bits = tl.where(exponent == 0, subnormal, normal) | ((c & 0x80) << 24)
+    if SPECIALS == "fn":
+        bits = tl.where(magnitude == 0x7F, _F32_CANONICAL_NAN_BITS, bits)
+    elif SPECIALS == "ieee":
+        top = (1 << (7 - MANTISSA_BITS)) - 1
+        special = tl.where(mantissa == 0, _F32_INF_BITS | ((c & 0x80) << 24), _F32_CANONICAL_NAN_BITS)
+        bits = tl.where(exponent == top, special, bits)
+    else:
+        bits = tl.where(c == 0x80, _F32_CANONICAL_NAN_BITS, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _convert(x, DTYPE: tl.constexpr):
+    """x.to(DTYPE) as sm_90 converts floats: round to nearest even; narrowing and fp16 widening give
+    the canonical NaN, bf16 widening keeps the bits. Under Triton's interpreter (which truncates
+    fp32 -> bf16 and rewrites NaN payloads) the same by integer arithmetic."""
+    if _INTERPRETED:
+        if x.dtype == DTYPE:
+            return x
+        if x.dtype == tl.bfloat16:
+            x = (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # exact, bits kept
+        elif x.dtype == tl.float16:
+            x = _canonical_nan(x.to(tl.float32))
+        if DTYPE == tl.float32:
+            return x
+        elif DTYPE == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16       # to nearest, ties to even
+            return tl.where(x == x, rounded, 0x7FFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            return _canonical_nan(x).to(DTYPE)
+    else:
+        return x.to(DTYPE)
