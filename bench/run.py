@@ -372,12 +372,33 @@ def sweep(cases, copy_gbps: float) -> str:
         m._launch_shape.cache_clear()
         m.clear_plans()
     lines.append("best launch shape per op (geometric mean of % of copy over its cases):")
+    chosen = {}
     for (layout, op), by_knobs in best.items():
         score = {k: math.exp(sum(math.log(max(v, 1e-3)) for v in vs) / len(vs)) for k, vs in by_knobs.items()
                  if len(vs) == max(len(x) for x in by_knobs.values())}
         knobs, value = max(score.items(), key=lambda kv: kv[1])
         lines.append(f"  {layout}.{op}: {dict(knobs)} -> {value:.1f}%")
+        chosen[layout, op] = dict(knobs)
+    lines.append(tuning_blocks(chosen))
     return "\n".join(lines)
+
+
+def tuning_blocks(chosen: dict) -> str:
+    """Each layout's best knobs as a `tuning:` block to paste into its spec. `chosen` maps
+    (layout, sweep kind) to knobs; append's decode-size kind (append_small) joins append's."""
+    by_layout: dict = {}
+    for (layout, kind), knobs in chosen.items():
+        op = kind.removesuffix("_small")
+        by_layout.setdefault(layout, {}).setdefault(op, {}).update(knobs)
+    out = []
+    for layout, ops in by_layout.items():
+        out.append(f"# specs/{layout}.yaml")
+        out.append("tuning:")
+        for op, knobs in ops.items():
+            items = ", ".join(f"{k}: {'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
+                              for k, v in sorted(knobs.items()))
+            out.append(f"  {op}: {{{items}}}")
+    return "\n".join(out)
 
 
 def table(results, copy_gbps: float) -> str:
