@@ -53,31 +53,18 @@ def explain(layout: Layout, sizes: dict) -> str:
         page, slot = divmod(loc, page_size)
         coords = {"slot": slot, "head": 0, "page": page}
         parts = []
-        rec = layout.records_region
-        parts.append(f"record at {rec.buffer}+{_offset(layout, rec, coords, env)}")
+        rec = layout.records
+        parts.append(f"record at {rec.buffer.name}+{ev(rec.offset(coords))}")
         for g in layout.scales:
-            r = layout.scale_region(g.name)
+            r = layout.scales_of(g.name)
             if g.kind == "values":
-                first = _offset(layout, r, {**coords, "scale": 0}, env)
+                first = ev(r.offset({**coords, "scale": 0}))
                 step = ev(r.term("scale")[0].stride)
-                parts.append(f"{g.name} scales at {r.buffer}+{first} (+{step} each, {ev(g.count)})")
+                parts.append(f"{g.name} scales at {r.buffer.name}+{first} (+{step} each, {ev(g.count)})")
             else:
-                first = _offset(layout, r, {**coords, "block": slot // g.size, "dim": 0}, env)
+                first = ev(r.offset({**coords, "block": slot // g.size, "dim": 0}))
                 step = ev(r.term("dim")[0].stride)
-                parts.append(f"{g.name} block scale at {r.buffer}+{first} (+{step} per value index)")
+                parts.append(f"{g.name} block scale at {r.buffer.name}+{first} (+{step} per value index)")
         sink = " (sink: never written)" if layout.sink == loc else ""
         lines.append(f"  slot {loc} (page {page}, slot {slot}){sink}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
-
-
-def _offset(layout: Layout, region, coords: dict, env: dict) -> int:
-    buffer = next(b for b in layout.buffers if b.name == region.buffer)
-    total = coords["page"] * buffer.page_bytes.evaluate(env) + region.offset.evaluate(env)
-    for t in region.terms:
-        value = coords[t.coord]
-        if t.op == "%":
-            value %= t.n
-        elif t.op == "//":
-            value //= t.n
-        total += value * t.stride.evaluate(env)
-    return total

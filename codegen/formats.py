@@ -16,6 +16,10 @@ def fp32_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
+def _hex(n: int) -> str:
+    return f"0x{n:X}"
+
+
 @dataclass(frozen=True)
 class IntegerEncoding:
     """Constants of an fp8 encoder that works on fp32 bits alone (formats without a native sm_90
@@ -53,6 +57,23 @@ class ElementFormat:
     # Codes that are not numbers: "fn" (magnitude 0x7F is NaN, no inf), "ieee" (an all-ones exponent:
     # inf or NaN) or "fnuz" (0x80 is the one NaN, no -0, no inf).
     specials: str = "fn"
+    bits: int = 8            # bits per code
+    packing: int = 1         # codes per byte
+
+    @property
+    def encode_args(self) -> tuple:
+        """The constexpr arguments of runtime/codes.py's _encode_fp8 for this format, as source."""
+        k = self.integer_encoding
+        return (f"tl.{self.triton_dtype}", str(not self.emulated), repr(self.fmax), _hex(k.rebase_bits),
+                str(k.dropped_bits), _hex(k.below_half), _hex(k.min_normal_bits), repr(k.step_magic),
+                repr(k.steps_per_unit), _hex(self.nan_code), str(k.negative_zero))
+
+    @property
+    def decode_args(self) -> tuple:
+        """The constexpr arguments of runtime/codes.py's _decode_fp8 for this format, as source."""
+        k = self.integer_encoding
+        return (f"tl.{self.triton_dtype}", str(not self.emulated), repr(self.fmax), _hex(self.nan_code),
+                str(self.mantissa_bits), str(k.rebase_exponent), repr(k.subnormal_step), f'"{self.specials}"')
 
     @property
     def fmax_exponent(self) -> int:
@@ -110,13 +131,19 @@ class ScaleFormat:
     exponent_min: int   # smallest unbiased exponent the format stores
     exponent_max: int   # largest
     bias: int           # ue8m0's exponent bias (0 for fp32)
+    # runtime/codes.py functions: write 2**exponent, write an fp32 value (None: only powers of two),
+    # read as fp32, and read as words (None: no word reads)
+    store_pow2: str
+    store_value: str | None
+    load: str
+    load_words: str | None
 
 
 SCALE_FORMATS = {
     # ue8m0: one byte holding exponent + 127; 0xFF is reserved (OCP: NaN), so 0..254 are stored.
-    "ue8m0": ScaleFormat("ue8m0", 1, -127, 127, 127),
+    "ue8m0": ScaleFormat("ue8m0", 1, -127, 127, 127, "_store_ue8m0", None, "_load_ue8m0", "_load_ue8m0_words"),
     # fp32: the scale itself, a power of two from a rule, or amax / fmax with rule `exact`.
-    "fp32": ScaleFormat("fp32", 4, -127, 127, 0),
+    "fp32": ScaleFormat("fp32", 4, -127, 127, 0, "_store_fp32_pow2", "_store_fp32", "_load_fp32", None),
 }
 
 # Rules that give a power of two 2^e, as integer tests on amax's fp32 bits: amax = 2^E * m.

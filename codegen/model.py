@@ -60,6 +60,16 @@ class ScaleGroup:
         return self.size if self.kind == "values" else 1
 
     @property
+    def store_function(self) -> str:
+        """The runtime/codes.py function that writes this group's scales (an exponent, or an exact value)."""
+        return self.format.store_value if self.exact else self.format.store_pow2
+
+    @property
+    def load_flags(self) -> str:
+        """Extra constexpr arguments of this group's scale loads: ue8m0's reading of byte 0x00."""
+        return f", {self.zero_byte == 'pow2'}" if self.format.name == "ue8m0" else ""
+
+    @property
     def word_reads(self) -> bool:
         """Readers may load this group's bytes of every block of a page as one word per value index
         (one-byte ue8m0 scales along slots; whether a call's geometry allows it is checked at launch)."""
@@ -81,6 +91,11 @@ class Segment:
     @property
     def quantized(self) -> bool:
         return self.element is not None
+
+    @property
+    def lanes(self) -> int:
+        """A tile's width for this (fixed-width) segment's values: their count rounded up to a power of two."""
+        return 1 << max(0, self.values.const_value() - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,59 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where records or one scale group's entries live: the buffer (the Cache field ``<plane>_<name>``
+    of each plane, `index`-th within a plane), the region of its pages, and the byte address of one
+    entry. Kernels, references, explain and the tests take every address from here."""
+
+    holds: str
+    buffer: Buffer
+    region: Region
+    index: int
+
+    @property
+    def terms(self) -> tuple:
+        return self.region.terms
+
+    def term(self, coord: str) -> tuple:
+        return self.region.term(coord)
+
+    def stride_name(self, coord: str) -> str:
+        """The constexpr carrying the byte stride of an unsplit coordinate (scale, dim, block)."""
+        (term,) = self.region.term(coord)
+        return term.const_name
+
+    def address(self, names: dict | None = None, skip: tuple = (), prefix: str = "") -> str:
+        """One entry's byte offset in its buffer as source: page * PAGE_BYTES + OFFSET + a
+        coordinate * STRIDE term per coordinate of the region's order, over variables named as the
+        coordinates (`names` renames them, and `page`). `skip` leaves out coordinates the caller
+        walks itself (a helper's scale or dim); `prefix` qualifies the constants (``G.`` in the
+        references)."""
+        names = names or {}
+        parts = [f"{names.get('page', 'page')} * {prefix}{self.buffer.page_bytes_name}", f"{prefix}{self.region.offset_name}"]
+        for t in self.region.terms:
+            if t.coord in skip:
+                continue
+            var = names.get(t.coord, t.coord)
+            expr = var if t.op is None else f"({var} {t.op} {t.n})"
+            parts.append(f"{expr} * {prefix}{t.const_name}")
+        return " + ".join(parts)
+
+    def offset(self, coords: dict) -> Expr:
+        """One entry's byte offset in its buffer for integer coordinates (page, slot, head, scale /
+        block, head, dim), as an expression over the call-time sizes."""
+        total = coords["page"] * self.buffer.page_bytes + self.region.offset
+        for t in self.region.terms:
+            value = coords[t.coord]
+            if t.op == "%":
+                value %= t.n
+            elif t.op == "//":
+                value //= t.n
+            total = total + value * t.stride
+        return total
+
+
+@dataclass(frozen=True)
 class Layout:
     name: str
     summary: str
@@ -167,12 +235,20 @@ class Layout:
         kinds = {g.kind for g in self.scales}
         return kinds.pop() if kinds else None
 
-    @property
-    def records_region(self) -> Region:
-        return next(r for b in self.buffers for r in b.regions if r.holds == "records")
+    def placement(self, holds: str) -> Placement:
+        """Where records ("records") or a scale group's entries (its name) live."""
+        for index, b in enumerate(self.buffers):
+            for r in b.regions:
+                if r.holds == holds:
+                    return Placement(holds=holds, buffer=b, region=r, index=index)
+        raise KeyError(holds)
 
-    def scale_region(self, group: str) -> Region:
-        return next(r for b in self.buffers for r in b.regions if r.holds == group)
+    @property
+    def records(self) -> Placement:
+        return self.placement("records")
+
+    def scales_of(self, group: str) -> Placement:
+        return self.placement(group)
 
     def sink_block(self, group: ScaleGroup) -> int | None:
         """The block of `group.size` slots that holds the sink slot (token groups); None without a sink."""
@@ -186,23 +262,17 @@ class Layout:
         group = next((g for g in self.scales if g.word_reads), None)
         if group is None:
             return None
-        region = self.scale_region(group.name)
-        buffer = next(b for b in self.buffers if b.name == region.buffer)
-        others = [t.const_name for t in region.terms if t.coord not in ("block", "dim")]
-        return dict(group=group, buffer=region.buffer, block=region.term("block")[0].const_name,
-                    dim=region.term("dim")[0].const_name,
-                    aligned=[buffer.page_bytes_name, region.offset_name] + others)
+        where = self.scales_of(group.name)
+        others = [t.const_name for t in where.terms if t.coord not in ("block", "dim")]
+        return dict(group=group, buffer=where.buffer.name, block=where.stride_name("block"), dim=where.stride_name("dim"),
+                    aligned=[where.buffer.page_bytes_name, where.region.offset_name] + others)
 
     @property
     def record_word_aligned(self) -> list:
         """Geometry names that must be multiples of 4 for 32-bit word access to records: the records
         buffer's page bytes, the region's offset and its strides."""
-        region = self.records_region
-        buffer = next(b for b in self.buffers if b.name == region.buffer)
-        return [buffer.page_bytes_name, region.offset_name] + [t.const_name for t in region.terms]
-
-    def buffer_index(self, name: str) -> int:
-        return [b.name for b in self.buffers].index(name)
+        where = self.records
+        return [where.buffer.page_bytes_name, where.region.offset_name] + [t.const_name for t in where.terms]
 
     @property
     def regions(self) -> tuple:
@@ -238,7 +308,9 @@ class Layout:
         write_values / read_values (per segment and scale group: quantize_store and quantize /
         gather_dequant and dequantize), encode (fp8 encoders, amax, scale rules), decode, pow2 (2**n from
         bits), cast (the references' NaN-exact casts), store_checks, out_checks (gather's outputs the
-        caller passes), launch_shape, lane_group and round_up (a page padded to `align`)."""
+        caller passes), launch_shape, lane_group, round_up (a page padded to `align`), the segment walks
+        (quantize_segments, dequantize_segments, store_raw, load_raw) and the scale formats' functions
+        (runtime/codes.py names)."""
         ops = set(self.ops)
         writes_values = bool(ops & {"quantize_store", "quantize"})
         reads = bool(ops & {"gather_dequant", "dequantize"})
@@ -247,12 +319,28 @@ class Layout:
         need = set()
         if writes_values:
             need.add("write_values")
+            need.add("quantize_segments" if quantized else "store_raw")
+            if quantized and any(s.raw is not None for s in self.segments):
+                need.add("store_raw")
+        if reads:
+            need.add("dequantize_segments" if quantized else "load_raw")
+            if quantized and any(s.raw is not None for s in self.segments):
+                need.add("load_raw")
         if reads:
             need |= {"read_values", "cast"}
         if "gather_dequant" in ops:
             need |= {"out_checks", "lane_group"}
         if writes_values and any(s.raw is not None for s in self.segments):
             need.add("cast")
+        for g in self.scales:
+            if writes_values:
+                need.add(g.store_function)
+            if reads:
+                need.add(g.format.load)
+            if g.word_reads and (reads or "append" in ops):
+                need.add("_ue8m0_word_bytes")
+            if g.word_reads and reads:
+                need.add(g.format.load_words)
         if quantized and writes:
             need.add("encode")
             if any(not g.exact for g in self.scales):

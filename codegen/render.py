@@ -13,7 +13,7 @@ import jinja2
 
 from . import language
 from .formats import FP32_BIAS, FP32_MANTISSA_BITS
-from .model import Compat, Layout, Region, op_params
+from .model import Compat, Layout, op_params
 from .schema import field_rows
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -69,7 +69,13 @@ RUNTIME_OPTIONAL = {
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group"},
     "host": {"_check_distinct_elements": "out_checks"},
-    "numerics": {"_exp2i": "pow2", "_magnitude_bits": "encode", "_saturate": "encode", "_encode_fp8_bits": "encode",
+    "segments": {"_quantize_segment": "quantize_segments", "_dequantize_segment": "dequantize_segments",
+                 "_store_raw_segment": "store_raw", "_load_raw_segment": "load_raw"},
+    "codes": {"_encode_fp8": "encode", "_decode_fp8": "decode", "_store_ue8m0": "_store_ue8m0",
+              "_store_fp32": "_store_fp32", "_store_fp32_pow2": "_store_fp32_pow2", "_ue8m0_from_bytes": "_load_ue8m0",
+              "_load_ue8m0": "_load_ue8m0", "_load_fp32": "_load_fp32", "_ue8m0_word_bytes": "_ue8m0_word_bytes",
+              "_load_ue8m0_words": "_load_ue8m0_words"},
+    "numerics": {"_exp2i": "encode", "_magnitude_bits": "encode", "_saturate": "encode", "_encode_fp8_bits": "encode",
                  "_decode_fp8_bits": "decode"},
     "ref_numerics": {"_ref_magnitude_bits": "encode", "_ref_exp2i": "pow2", "_ref_encode": "encode",
                      "_ref_decode": "decode", "_ref_cast": "cast"},
@@ -131,28 +137,9 @@ def tidy(text: str) -> str:
     return re.sub(r"\n{4,}", "\n\n\n", text)
 
 
-def address(layout: Layout, region: Region, skip: tuple = (), names: dict | None = None, prefix: str = "") -> str:
-    """The byte offset of a region element as a sum of coordinate * stride terms.
-
-    ``skip`` leaves out coordinates the caller adds itself (a helper walks ``scale``/``dim``);
-    ``names`` renames coordinate variables; ``prefix`` qualifies constants (``G.`` in references).
-    """
-    names = names or {}
-    buffer = next(b for b in layout.buffers if b.name == region.buffer)
-    parts = [f"{names.get('page', 'page')} * {prefix}{buffer.page_bytes_name}", f"{prefix}{region.offset_name}"]
-    for t in region.terms:
-        if t.coord in skip:
-            continue
-        var = names.get(t.coord, t.coord)
-        expr = var if t.op is None else f"({var} {t.op} {t.n})"
-        parts.append(f"{expr} * {prefix}{t.const_name}")
-    return " + ".join(parts)
-
-
 def render_layout(layout: Layout) -> str:
     template = _env().get_template("layout.py.j2")
-    text = template.render(L=layout, header=header(layout.spec_path),
-                           address=lambda region, **kw: address(layout, region, **kw))
+    text = template.render(L=layout, header=header(layout.spec_path))
     return tidy(text).rstrip("\n") + "\n"
 
 

@@ -729,23 +729,193 @@ def _convert(x, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
+                      SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+                      GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
+                      EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+    """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
+    BYTE_OFFSET and one scale per group, CHUNK groups at a time.
+
+    SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
+    ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales.
+    Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
+    """
+    lane = tl.arange(0, GROUP)
+    for first in range(0, TILES, CHUNK):
+        tile = first + tl.arange(0, CHUNK)
+        in_segment = (tile < TILES)[None, :]
+        ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
+        index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
+        x = tl.load(x_ptr + x_row[:, None, None] + (VALUE_OFFSET + index),
+                    mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+        x = _convert(x, tl.float32)
+        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
+        scale = SCALE_OF(amax)
+        if EXACT:
+            q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
+        else:
+            q = x * _exp2i(-scale)[:, :, None]                              # exact: a power of two
+        codes = ENCODE(q)
+        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
+        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+
+
+@triton.jit
+def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, block,
+                        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
+                        SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
+                        GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
+                        DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr):
+    """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
+    row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
+    a `tokens` group) at a time.
+
+    DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
+    groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
+    coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
+    block, ...) reads them as words, `block` being the row's block in its page.
+    """
+    lane = tl.arange(0, GROUP)
+    STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
+    if GROUP == 1:
+        RUN: tl.constexpr = STORE_VEC if STORE_VEC < CHUNK else CHUNK     # contiguous codes claimed
+    elif GROUP >= 8:
+        RUN: tl.constexpr = STORE_VEC
+    else:
+        RUN: tl.constexpr = STORE_VEC if STORE_VEC < GROUP else GROUP
+    for first in range(0, TILES, CHUNK):
+        tile = first + tl.arange(0, CHUNK)
+        in_segment = (tile < TILES)[None, :]
+        read = row_ok[:, None] & in_segment                                  # [rows, tiles]
+        index = tile[None, :, None] * GROUP + lane[None, None, :]
+        # The codes are contiguous along the value indices (GROUP 1) or the lanes; claiming runs of one
+        # output store's width (not the whole run) gives their load the store's layout, so no tile
+        # moves through shared memory between them.
+        if GROUP == 1:
+            codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, RUN, 1])
+        else:
+            codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, 1, RUN])
+        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
+        if GROUP == 1:
+            # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
+            if WORD == 0:
+                scale = LOAD_SCALE(sc_ptr + sc_row[:, None, None] + index * SC_STRIDE, read[:, :, None], SCALE_EVICTION)
+            else:   # the block coordinate has stride 1: drop it to address the value index's word
+                scale = LOAD_SCALE_WORDS(sc_ptr + (sc_row - block)[:, None, None], index, block[:, None, None],
+                                         read[:, :, None], WORD, SCALE_EVICTION)
+            x = DECODE(codes) * scale
+        else:
+            scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+            x = DECODE(codes) * scale[:, :, None]
+        if CANON_NAN:
+            x = _canonical_nan(x)
+        write = (out_ok[:, None] & in_segment)[:, :, None]
+        tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
+
+
+@triton.jit
+def _store_raw_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row,
+                       WIDTH: tl.constexpr, LANES: tl.constexpr, VALUE_OFFSET: tl.constexpr,
+                       BYTE_OFFSET: tl.constexpr, DTYPE: tl.constexpr):
+    """WIDTH values of each row (from value VALUE_OFFSET; LANES: WIDTH rounded up to a power of two)
+    -> raw DTYPE values at record byte BYTE_OFFSET."""
+    lane = tl.arange(0, LANES)
+    in_segment = (lane < WIDTH)[None, :]
+    ok = row_ok[:, None] & in_segment
+    x = tl.load(x_ptr + x_row[:, None] + (VALUE_OFFSET + lane[None, :]), mask=row_in[:, None] & in_segment,
+                other=0.0)
+    dst = (rec_ptr + rec_row + BYTE_OFFSET).to(tl.pointer_type(DTYPE))
+    tl.store(dst[:, None] + lane[None, :], _convert(x, DTYPE), mask=ok)
+
+
+@triton.jit
+def _load_raw_segment(rec_ptr, rec_row, row_ok, out_ptr, out_row, out_ok,
+                      WIDTH: tl.constexpr, LANES: tl.constexpr, VALUE_OFFSET: tl.constexpr,
+                      BYTE_OFFSET: tl.constexpr, DTYPE: tl.constexpr):
+    """Raw DTYPE values at record byte BYTE_OFFSET -> WIDTH out values from VALUE_OFFSET (rows not
+    row_ok read as 0)."""
+    lane = tl.arange(0, LANES)
+    in_segment = (lane < WIDTH)[None, :]
+    src = (rec_ptr + rec_row + BYTE_OFFSET).to(tl.pointer_type(DTYPE))
+    x = tl.load(src[:, None] + lane[None, :], mask=row_ok[:, None] & in_segment, other=0.0)
+    tl.store(out_ptr + out_row[:, None] + (VALUE_OFFSET + lane[None, :]), _convert(x, out_ptr.dtype.element_ty),
+             mask=out_ok[:, None] & in_segment)
+
+
+@triton.jit
+def _encode_fp8(q, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr,
+                DROPPED_BITS: tl.constexpr, BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr,
+                STEP_MAGIC: tl.constexpr, STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr,
+                NEGATIVE_ZERO: tl.constexpr):
+    """fp32 -> fp8 codes (uint8): round to nearest even, saturate to +-FMAX, NaN -> NAN_CODE.
+    NATIVE: sm_90 converts to DTYPE in one cvt.rn.satfinite (it rounds, saturates, infinities too,
+    and maps NaN itself); under Triton's interpreter, and for formats without that conversion,
+    integer arithmetic on q's bits gives the same codes (_encode_fp8_bits, its constants)."""
+    if NATIVE:
+        if _INTERPRETED:
+            return _encode_fp8_bits(q, FMAX, REBASE_BITS, DROPPED_BITS, BELOW_HALF, MIN_NORMAL_BITS,
+                                    STEP_MAGIC, STEPS_PER_UNIT, NAN_CODE, NEGATIVE_ZERO)
+        else:
+            return q.to(DTYPE).to(tl.uint8, bitcast=True)
+    else:
+        return _encode_fp8_bits(q, FMAX, REBASE_BITS, DROPPED_BITS, BELOW_HALF, MIN_NORMAL_BITS,
+                                STEP_MAGIC, STEPS_PER_UNIT, NAN_CODE, NEGATIVE_ZERO)
+
+
+@triton.jit
+def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.constexpr, NAN_CODE: tl.constexpr,
+                MANTISSA_BITS: tl.constexpr, REBASE_EXPONENT: tl.constexpr, SUBNORMAL_STEP: tl.constexpr,
+                SPECIALS: tl.constexpr):
+    """fp8 codes (uint8) -> fp32, exactly; NaN codes give the canonical NaN. NATIVE: sm_90's
+    conversion from DTYPE. Otherwise (an fnuz format, one exponent bias above DTYPE's) the DTYPE
+    value of the code halved, the DTYPE NaN magnitude 0x7F being +-FMAX and NAN_CODE the NaN. Under
+    the interpreter: integer arithmetic (_decode_fp8_bits)."""
+    if _INTERPRETED:
+        return _decode_fp8_bits(codes, MANTISSA_BITS, REBASE_EXPONENT, SUBNORMAL_STEP, SPECIALS)
+    else:
+        if NATIVE:
+            return codes.to(DTYPE, bitcast=True).to(tl.float32)
+        else:
+            half = codes.to(DTYPE, bitcast=True).to(tl.float32) * 0.5
+            half = tl.where((codes & 0x7F) == 0x7F, tl.where(codes >= 0x80, -FMAX, FMAX), half)
+            nan = tl.full(codes.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
+            return tl.where(codes == NAN_CODE, nan, half)
+
+
+@triton.jit
+def _store_ue8m0(addr, exponent, mask, EVICTION: tl.constexpr):
+    """Write ue8m0 scale bytes (exponent + 127) at byte addresses `addr`. EVICTION: the stores' cache
+    eviction policy ("" for the default, or "evict_last")."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _ue8m0_from_bytes(byte, mask, ZERO_IS_POW2: tl.constexpr):
+    """ue8m0 bytes (as int32) -> fp32 scales 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127 when
+    ZERO_IS_POW2, else 0.0."""
+    bits = byte << _F32_MANTISSA_BITS
+    if ZERO_IS_POW2:
+        bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr):
+    """Read ue8m0 scales at byte addresses `addr` as fp32 (see _ue8m0_from_bytes); masked-off lanes
+    read byte 0."""
+    return _ue8m0_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask, ZERO_IS_POW2)
+
+
+@triton.jit
 def _encode_fp8_e4m3fn(q):
     """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
-    if _INTERPRETED:
-        return _encode_fp8_bits(q, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000,
-                                16384.0, 512.0, 0x7F, True)
-    else:
-        # One cvt.rn.satfinite on sm_90: it rounds, saturates (infinities too) and maps NaN itself.
-        return q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    return _encode_fp8(q, tl.float8e4nv, True, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000, 16384.0, 512.0, 0x7F, True)
 
 
 @triton.jit
 def _decode_fp8_e4m3fn(codes):
     """fp8_e4m3fn codes (uint8) -> fp32, exactly (NaN codes give the canonical NaN)."""
-    if _INTERPRETED:
-        return _decode_fp8_bits(codes, 3, 120, 0.001953125, "fn")
-    else:
-        return codes.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    return _decode_fp8(codes, tl.float8e4nv, True, 448.0, 0x7F, 3, 120, 0.001953125, "fn")
 
 
 @triton.jit
@@ -767,96 +937,47 @@ def _nope_exponent(amax_bits):
 
 @triton.jit
 def _nope_store(addr, exponent, mask, EVICTION: tl.constexpr):
-    """Write scales of group nope at byte addresses `addr` (ue8m0).
-    EVICTION: the stores' cache eviction policy ("" for the default, or "evict_last")."""
-    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask, eviction_policy=EVICTION)
+    """Write scales of group nope (ue8m0) at byte addresses `addr` (see _store_ue8m0)."""
+    _store_ue8m0(addr, exponent, mask, EVICTION)
 
 
 @triton.jit
 def _nope_load(addr, mask, EVICTION: tl.constexpr):
-    """Read scales of group nope as fp32 (ue8m0: 2**(byte - 127); 0xFF -> +inf; 0x00 -> 0.0); masked-off lanes read 0.
-    EVICTION: the loads' cache eviction policy ("" for the default, or "evict_last")."""
-    return _nope_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask)
-
-
-@triton.jit
-def _nope_from_bytes(byte, mask):
-    """ue8m0 bytes (as int32) -> fp32 scales."""
-    bits = byte << _F32_MANTISSA_BITS
-    return bits.to(tl.float32, bitcast=True)
+    """Read scales of group nope as fp32 (ue8m0: 0x00 -> 0.0; see _load_ue8m0)."""
+    return _load_ue8m0(addr, mask, EVICTION, False)
 
 
 @triton.jit
 def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
         SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr):
-    """nope: values 0.. of each row -> fp8_e4m3fn at record byte 0; one ue8m0 scale per 64.
-
-    Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
-    SCALE_EVICTION: the scale stores' cache eviction policy (see _nope_store).
-    """
-    lane = tl.arange(0, 64)
-    for first in range(0, TILES, CHUNK):
-        tile = first + tl.arange(0, CHUNK)
-        in_segment = (tile < TILES)[None, :]
-        ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
-        index = tile[None, :, None] * 64 + lane[None, None, :]            # value index in the segment
-        x = tl.load(x_ptr + x_row[:, None, None] + (0 + index),
-                    mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
-        x = _convert(x, tl.float32)
-        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
-        scale = _nope_exponent(amax)
-        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
-        codes = _encode_fp8_e4m3fn(q)
-        tl.store(rec_ptr + rec_row[:, None, None] + (0 + index), codes, mask=ok[:, :, None])
-        _nope_store(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+    """nope: values 0.. of each row -> fp8_e4m3fn at record byte 0, one ue8m0 scale per 64 (see _quantize_segment)."""
+    _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, SC_STRIDE, TILES, CHUNK, SCALE_EVICTION,
+                      64, 0, 0, False, _nope_exponent,
+                      _encode_fp8_e4m3fn, _nope_store)
 
 
 @triton.jit
 def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
         SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, SCALE_EVICTION: tl.constexpr):
-    """nope: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (rows not row_ok read as 0).
-    SCALE_EVICTION: the scale loads' cache eviction policy (see _nope_load)."""
-    lane = tl.arange(0, 64)
-    STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
-    RUN: tl.constexpr = STORE_VEC                                      # contiguous codes claimed
-    for first in range(0, TILES, CHUNK):
-        tile = first + tl.arange(0, CHUNK)
-        in_segment = (tile < TILES)[None, :]
-        read = row_ok[:, None] & in_segment                                  # [rows, tiles]
-        index = tile[None, :, None] * 64 + lane[None, None, :]
-        # The codes are contiguous along the lanes; claiming runs of one output store's width (not the
-        # whole run) gives their load the store's layout, so no tile moves through shared memory between them.
-        codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (0 + index), [1, 1, RUN])
-        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
-        scale = _nope_load(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
-        x = _decode_fp8_e4m3fn(codes) * scale[:, :, None]
-        if CANON_NAN:
-            x = _canonical_nan(x)
-        write = (out_ok[:, None] & in_segment)[:, :, None]
-        tl.store(out_ptr + out_row[:, None, None] + (0 + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
+    """nope: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (see _dequantize_segment)."""
+    _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, 0,
+                        SC_STRIDE, TILES, CHUNK, CANON_NAN, SCALE_EVICTION, 0,
+                        64, 0, 0, _decode_fp8_e4m3fn, _nope_load,
+                        _nope_load)
 
 
 @triton.jit
 def _store_rope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row):
-    """rope: values 448..511 of each row -> raw bf16 at record byte 448."""
-    lane = tl.arange(0, 64)
-    in_segment = (lane < 64)[None, :]
-    ok = row_ok[:, None] & in_segment
-    x = tl.load(x_ptr + x_row[:, None] + (448 + lane[None, :]), mask=row_in[:, None] & in_segment,
-                other=0.0)
-    dst = (rec_ptr + rec_row + 448).to(tl.pointer_type(tl.bfloat16))
-    tl.store(dst[:, None] + lane[None, :], _convert(x, tl.bfloat16), mask=ok)
+    """rope: 64 values from 448 of each row -> raw bf16 at record byte 448."""
+    _store_raw_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row,
+                       64, 64, 448, 448, tl.bfloat16)
 
 
 @triton.jit
 def _load_rope(rec_ptr, rec_row, row_ok, out_ptr, out_row, out_ok):
-    """rope: raw bf16 at record byte 448 -> out values 448.. (rows not row_ok read as 0)."""
-    lane = tl.arange(0, 64)
-    in_segment = (lane < 64)[None, :]
-    src = (rec_ptr + rec_row + 448).to(tl.pointer_type(tl.bfloat16))
-    x = tl.load(src[:, None] + lane[None, :], mask=row_ok[:, None] & in_segment, other=0.0)
-    tl.store(out_ptr + out_row[:, None] + (448 + lane[None, :]), _convert(x, out_ptr.dtype.element_ty),
-             mask=out_ok[:, None] & in_segment)
+    """rope: raw bf16 at record byte 448 -> 64 out values from 448."""
+    _load_raw_segment(rec_ptr, rec_row, row_ok, out_ptr, out_row, out_ok,
+                      64, 64, 448, 448, tl.bfloat16)
 
 
 @triton.jit

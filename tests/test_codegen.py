@@ -167,17 +167,15 @@ def test_fa4_scale_offsets_match_the_seed_formula():
     """mxfp8_quant.py: ((loc // PAGE) * NKV + h) * (32 * (PAGE // 32) * SF) + (po % 32) * ((PAGE // 32) * SF)
     + (po // 32) * SF + blk."""
     m = layout("mxfp8_kv")
-    sf = m.scale_region("x")
-    buffer = next(b for b in m.buffers if b.name == sf.buffer)
+    sf = m.scales_of("x")
+    assert sf.buffer.name == "sf"
     for page_size, nkv, d in ((128, 8, 128), (64, 3, 96), (32, 1, 32)):
         env = {"page_size": page_size, "heads": nkv, "values": d}
         n_sf = d // 32
-        strides = {t.text: t.stride.evaluate(env) for t in sf.terms}
         for loc in range(0, 3 * page_size, 7):
             for h in range(nkv):
                 po = loc % page_size
-                ours = (loc // page_size) * buffer.page_bytes.evaluate(env) + h * strides["head"] \
-                    + (po % 32) * strides["slot % 32"] + (po // 32) * strides["slot // 32"]
+                ours = sf.offset({"page": loc // page_size, "slot": po, "head": h, "scale": 0}).evaluate(env)
                 seed = ((loc // page_size) * nkv + h) * (32 * (page_size // 32) * n_sf) \
                     + (po % 32) * ((page_size // 32) * n_sf) + (po // 32) * n_sf
                 assert ours == seed
@@ -187,9 +185,9 @@ def test_seqblocked_scale_offsets_match_the_seed_strides():
     """sfv: (num_pages, h_kv, head_dim, page_size // 32) contiguous; v_cache: (num_pages, page_size, h_kv, head_dim)."""
     m = layout("mxfp8_v_seqblocked")
     env = {"page_size": 128, "heads": 8, "values": 128}
-    sf = m.scale_region("x")
+    sf = m.scales_of("x")
     assert {t.text: t.stride.evaluate(env) for t in sf.terms} == {"head": 128 * 4, "dim": 4, "block": 1}
-    rec = m.records_region
+    rec = m.records
     assert {t.text: t.stride.evaluate(env) for t in rec.terms} == {"slot": 8 * 128, "head": 128}
 
 

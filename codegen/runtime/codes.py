@@ -1,0 +1,125 @@
+"""Element and scale formats in Triton: fp8 codes to and from fp32, and scale entries (ue8m0 bytes,
+fp32 values) to and from fp32 scales. Shared by every generated module's kernels.
+
+Everything below the COPY marker is copied into each generated module (see host.py), except the
+helpers a module does not call (render.RUNTIME_OPTIONAL). A module's per-format wrappers
+(`_encode_fp8_e4m3fn`, `_decode_fp8_e5m2`, ...) pass each format's constants from the format table
+(codegen/formats.py: ElementFormat.encode_args / decode_args); its per-group wrappers
+(`_<group>_load`, `_<group>_store`) pick the scale format's functions here.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Names each generated module defines before this code (stand-ins: see numerics.py).
+_INTERPRETED = False
+_F32_MANTISSA_BITS = 23
+_F32_CANONICAL_NAN_BITS = 0x7FFFFFFF
+_F32_2POW_MINUS_127_BITS = 0x400000
+_encode_fp8_bits = _decode_fp8_bits = _exp2i = None
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+@triton.jit
+def _encode_fp8(q, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr,
+                DROPPED_BITS: tl.constexpr, BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr,
+                STEP_MAGIC: tl.constexpr, STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr,
+                NEGATIVE_ZERO: tl.constexpr):
+    """fp32 -> fp8 codes (uint8): round to nearest even, saturate to +-FMAX, NaN -> NAN_CODE.
+    NATIVE: sm_90 converts to DTYPE in one cvt.rn.satfinite (it rounds, saturates, infinities too,
+    and maps NaN itself); under Triton's interpreter, and for formats without that conversion,
+    integer arithmetic on q's bits gives the same codes (_encode_fp8_bits, its constants)."""
+    if NATIVE:
+        if _INTERPRETED:
+            return _encode_fp8_bits(q, FMAX, REBASE_BITS, DROPPED_BITS, BELOW_HALF, MIN_NORMAL_BITS,
+                                    STEP_MAGIC, STEPS_PER_UNIT, NAN_CODE, NEGATIVE_ZERO)
+        else:
+            return q.to(DTYPE).to(tl.uint8, bitcast=True)
+    else:
+        return _encode_fp8_bits(q, FMAX, REBASE_BITS, DROPPED_BITS, BELOW_HALF, MIN_NORMAL_BITS,
+                                STEP_MAGIC, STEPS_PER_UNIT, NAN_CODE, NEGATIVE_ZERO)
+
+
+@triton.jit
+def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.constexpr, NAN_CODE: tl.constexpr,
+                MANTISSA_BITS: tl.constexpr, REBASE_EXPONENT: tl.constexpr, SUBNORMAL_STEP: tl.constexpr,
+                SPECIALS: tl.constexpr):
+    """fp8 codes (uint8) -> fp32, exactly; NaN codes give the canonical NaN. NATIVE: sm_90's
+    conversion from DTYPE. Otherwise (an fnuz format, one exponent bias above DTYPE's) the DTYPE
+    value of the code halved, the DTYPE NaN magnitude 0x7F being +-FMAX and NAN_CODE the NaN. Under
+    the interpreter: integer arithmetic (_decode_fp8_bits)."""
+    if _INTERPRETED:
+        return _decode_fp8_bits(codes, MANTISSA_BITS, REBASE_EXPONENT, SUBNORMAL_STEP, SPECIALS)
+    else:
+        if NATIVE:
+            return codes.to(DTYPE, bitcast=True).to(tl.float32)
+        else:
+            half = codes.to(DTYPE, bitcast=True).to(tl.float32) * 0.5
+            half = tl.where((codes & 0x7F) == 0x7F, tl.where(codes >= 0x80, -FMAX, FMAX), half)
+            nan = tl.full(codes.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
+            return tl.where(codes == NAN_CODE, nan, half)
+
+
+@triton.jit
+def _store_ue8m0(addr, exponent, mask, EVICTION: tl.constexpr):
+    """Write ue8m0 scale bytes (exponent + 127) at byte addresses `addr`. EVICTION: the stores' cache
+    eviction policy ("" for the default, or "evict_last")."""
+    tl.store(addr, (exponent + 127).to(tl.uint8), mask=mask, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _store_fp32(addr, scale, mask, EVICTION: tl.constexpr):
+    """Write fp32 scales at byte addresses `addr` (4-byte aligned, checked by the model)."""
+    tl.store(addr.to(tl.pointer_type(tl.float32)), scale, mask=mask, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _store_fp32_pow2(addr, exponent, mask, EVICTION: tl.constexpr):
+    """Write fp32 scales 2**exponent at byte addresses `addr`."""
+    tl.store(addr.to(tl.pointer_type(tl.float32)), _exp2i(exponent), mask=mask, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _ue8m0_from_bytes(byte, mask, ZERO_IS_POW2: tl.constexpr):
+    """ue8m0 bytes (as int32) -> fp32 scales 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127 when
+    ZERO_IS_POW2, else 0.0."""
+    bits = byte << _F32_MANTISSA_BITS
+    if ZERO_IS_POW2:
+        bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr):
+    """Read ue8m0 scales at byte addresses `addr` as fp32 (see _ue8m0_from_bytes); masked-off lanes
+    read byte 0."""
+    return _ue8m0_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask, ZERO_IS_POW2)
+
+
+@triton.jit
+def _load_fp32(addr, mask, EVICTION: tl.constexpr):
+    """Read fp32 scales at byte addresses `addr`; masked-off lanes read 0."""
+    return tl.load(addr.to(tl.pointer_type(tl.float32)), mask=mask, other=0.0, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _ue8m0_word_bytes(word_row, dim, block, mask, WORD: tl.constexpr, EVICTION: tl.constexpr):
+    """ue8m0 bytes (as int32) where one value index's bytes for every block of a page are adjacent
+    (block fastest): one WORD-byte word per value index `dim` from `word_row`, its byte `block` taken
+    (little-endian)."""
+    if WORD == 2:
+        words = tl.load(word_row.to(tl.pointer_type(tl.int16)) + dim, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32)
+    elif WORD == 4:
+        words = tl.load(word_row.to(tl.pointer_type(tl.int32)) + dim, mask=mask, other=0, eviction_policy=EVICTION)
+    else:
+        words = tl.load(word_row.to(tl.pointer_type(tl.int64)) + dim, mask=mask, other=0, eviction_policy=EVICTION)
+    return ((words >> (block * 8).to(words.dtype)) & 0xFF).to(tl.int32)
+
+
+@triton.jit
+def _load_ue8m0_words(word_row, dim, block, mask, WORD: tl.constexpr, EVICTION: tl.constexpr,
+                      ZERO_IS_POW2: tl.constexpr):
+    """ue8m0 scales read as words (see _ue8m0_word_bytes) as fp32."""
+    return _ue8m0_from_bytes(_ue8m0_word_bytes(word_row, dim, block, mask, WORD, EVICTION), mask, ZERO_IS_POW2)

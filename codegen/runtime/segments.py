@@ -1,0 +1,136 @@
+"""The tile walks of one record segment, shared by every generated module's kernels: quantize a run
+of values into codes and scales, dequantize it back, copy a raw run in and out.
+
+Everything below the COPY marker is copied into each generated module (see host.py), except the
+helpers a module's ops do not call (render.RUNTIME_OPTIONAL). A module reaches these through small
+generated wrappers, one per segment (`_quantize_<segment>`, ...), which pass the segment's facts as
+constexprs: its first value and record byte, its group size, and the layout's own Triton helpers
+(scale rule, encoder, decoder, scale load/store) as constexpr functions, which Triton inlines.
+
+Addresses: a row's record starts at byte `rec_row` of `rec_ptr` (uint8), its scale entries at byte
+`sc_row` of `sc_ptr`, SC_STRIDE bytes apart (the model's stride of the region's `scale` or `dim`
+coordinate); the source or output row at element `x_row` / `out_row`.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Names each generated module defines before this code (stand-ins: see numerics.py).
+_convert = _magnitude_bits = _exp2i = _canonical_nan = None
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+@triton.jit
+def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
+                      SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+                      GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
+                      EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+    """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
+    BYTE_OFFSET and one scale per group, CHUNK groups at a time.
+
+    SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
+    ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales.
+    Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
+    """
+    lane = tl.arange(0, GROUP)
+    for first in range(0, TILES, CHUNK):
+        tile = first + tl.arange(0, CHUNK)
+        in_segment = (tile < TILES)[None, :]
+        ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
+        index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
+        x = tl.load(x_ptr + x_row[:, None, None] + (VALUE_OFFSET + index),
+                    mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+        x = _convert(x, tl.float32)
+        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
+        scale = SCALE_OF(amax)
+        if EXACT:
+            q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
+        else:
+            q = x * _exp2i(-scale)[:, :, None]                              # exact: a power of two
+        codes = ENCODE(q)
+        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
+        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+
+
+@triton.jit
+def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, block,
+                        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
+                        SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
+                        GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
+                        DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr):
+    """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
+    row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
+    a `tokens` group) at a time.
+
+    DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
+    groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
+    coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
+    block, ...) reads them as words, `block` being the row's block in its page.
+    """
+    lane = tl.arange(0, GROUP)
+    STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
+    if GROUP == 1:
+        RUN: tl.constexpr = STORE_VEC if STORE_VEC < CHUNK else CHUNK     # contiguous codes claimed
+    elif GROUP >= 8:
+        RUN: tl.constexpr = STORE_VEC
+    else:
+        RUN: tl.constexpr = STORE_VEC if STORE_VEC < GROUP else GROUP
+    for first in range(0, TILES, CHUNK):
+        tile = first + tl.arange(0, CHUNK)
+        in_segment = (tile < TILES)[None, :]
+        read = row_ok[:, None] & in_segment                                  # [rows, tiles]
+        index = tile[None, :, None] * GROUP + lane[None, None, :]
+        # The codes are contiguous along the value indices (GROUP 1) or the lanes; claiming runs of one
+        # output store's width (not the whole run) gives their load the store's layout, so no tile
+        # moves through shared memory between them.
+        if GROUP == 1:
+            codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, RUN, 1])
+        else:
+            codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, 1, RUN])
+        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
+        if GROUP == 1:
+            # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
+            if WORD == 0:
+                scale = LOAD_SCALE(sc_ptr + sc_row[:, None, None] + index * SC_STRIDE, read[:, :, None], SCALE_EVICTION)
+            else:   # the block coordinate has stride 1: drop it to address the value index's word
+                scale = LOAD_SCALE_WORDS(sc_ptr + (sc_row - block)[:, None, None], index, block[:, None, None],
+                                         read[:, :, None], WORD, SCALE_EVICTION)
+            x = DECODE(codes) * scale
+        else:
+            scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+            x = DECODE(codes) * scale[:, :, None]
+        if CANON_NAN:
+            x = _canonical_nan(x)
+        write = (out_ok[:, None] & in_segment)[:, :, None]
+        tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
+
+
+@triton.jit
+def _store_raw_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row,
+                       WIDTH: tl.constexpr, LANES: tl.constexpr, VALUE_OFFSET: tl.constexpr,
+                       BYTE_OFFSET: tl.constexpr, DTYPE: tl.constexpr):
+    """WIDTH values of each row (from value VALUE_OFFSET; LANES: WIDTH rounded up to a power of two)
+    -> raw DTYPE values at record byte BYTE_OFFSET."""
+    lane = tl.arange(0, LANES)
+    in_segment = (lane < WIDTH)[None, :]
+    ok = row_ok[:, None] & in_segment
+    x = tl.load(x_ptr + x_row[:, None] + (VALUE_OFFSET + lane[None, :]), mask=row_in[:, None] & in_segment,
+                other=0.0)
+    dst = (rec_ptr + rec_row + BYTE_OFFSET).to(tl.pointer_type(DTYPE))
+    tl.store(dst[:, None] + lane[None, :], _convert(x, DTYPE), mask=ok)
+
+
+@triton.jit
+def _load_raw_segment(rec_ptr, rec_row, row_ok, out_ptr, out_row, out_ok,
+                      WIDTH: tl.constexpr, LANES: tl.constexpr, VALUE_OFFSET: tl.constexpr,
+                      BYTE_OFFSET: tl.constexpr, DTYPE: tl.constexpr):
+    """Raw DTYPE values at record byte BYTE_OFFSET -> WIDTH out values from VALUE_OFFSET (rows not
+    row_ok read as 0)."""
+    lane = tl.arange(0, LANES)
+    in_segment = (lane < WIDTH)[None, :]
+    src = (rec_ptr + rec_row + BYTE_OFFSET).to(tl.pointer_type(DTYPE))
+    x = tl.load(src[:, None] + lane[None, :], mask=row_ok[:, None] & in_segment, other=0.0)
+    tl.store(out_ptr + out_row[:, None] + (VALUE_OFFSET + lane[None, :]), _convert(x, out_ptr.dtype.element_ty),
+             mask=out_ok[:, None] & in_segment)
