@@ -14,6 +14,7 @@ from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, La
                     ScaleGroup, Segment, Term, op_params)
 
 FP32_MIN_NORMAL = 2.0 ** -126
+MIN_GROUP_TOKENS = 8        # slots of the smallest {tokens: N} group (runtime/append.py rescales 8 slots at a time)
 OPS_BY_SCALE_KIND = {
     "values": ("gather_dequant", "quantize_store", "quantize", "dequantize"),
     "tokens": ("gather_dequant", "append"),
@@ -288,6 +289,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
             raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {{tokens: {g['size']}}} is not a power of "
                             "two (an append walks a block's slots as one power-of-two tile)",
                             f"use {{tokens: {1 << (g['size'].bit_length() - 1)}}} or {{tokens: {1 << g['size'].bit_length()}}}")
+        if g["size"] < MIN_GROUP_TOKENS:
+            raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {{tokens: {g['size']}}} is below "
+                            f"{MIN_GROUP_TOKENS} slots (an append rescales a block's slots {MIN_GROUP_TOKENS} at a time)",
+                            f"use {{tokens: {MIN_GROUP_TOKENS}}} or more")
         if multiple % g["size"]:
             raise SpecError(tree["page"].value_mark("size_multiple_of") if "size_multiple_of" in tree["page"].key_marks
                             else g["tree"].value_mark("group"),

@@ -349,6 +349,8 @@ class Layout:
             need.add("decode")
         if ops & {"quantize_store", "append"}:
             need.add("store_checks")
+        if "append" in ops and self.quantized_segments[0].element.f16_pair:
+            need.add("word_rescale")
         if ops - {"append"}:
             need.add("launch_shape")
         if any(contains(e, RoundUp) for _, e in self.geometry) or any(contains(e, RoundUp) for b in self.buffers for e in b.shape):

@@ -80,6 +80,7 @@ RUNTIME_OPTIONAL = {
     "ref_numerics": {"_ref_magnitude_bits": "encode", "_ref_exp2i": "pow2", "_ref_encode": "encode",
                      "_ref_decode": "decode", "_ref_cast": "cast"},
     "reset": {},
+    "append": {"_word_factors": "word_rescale", "_rescale_word_slots": "word_rescale"},
 }
 
 

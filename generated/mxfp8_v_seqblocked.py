@@ -915,53 +915,100 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
                         _x_load_words)
 
 
+# The layout's facts for the append building blocks below (codegen/runtime/append.py).
+_BLOCK = tl.constexpr(32)             # slots per block: one exponent per block, head and value index
+_SINK_SLOT = tl.constexpr(-1)       # the slot appends skip (-1: none)
+_EXPONENT_LO = tl.constexpr(-127)
+_encode_codes = _encode_fp8_e4m3fn
+_decode_codes = _decode_fp8_e4m3fn
+_block_exponent = _x_exponent
+
+
+@triton.jit
+def _rescale_words(words, factor_lo, factor_hi, merge):
+    """fp8_e4m3fn codes, 4 per 32-bit word, times fp16 factors (factor_lo: the word's codes 0
+    and 1, factor_hi: 2 and 3, as f16x2 bits); the bytes where `merge` is 0 keep their old value.
+    Inline PTX (sm_89+): codes to f16x2, mul.rn.f16x2, back with cvt.rn.satfinite, a lop3 merge. A
+    code times a power of two is exact in fp16, or (the factor or product below fp16's range) so
+    small that the code rounds to zero either way: the bytes of the fp32 rescale, in 9 instructions
+    per word instead of a byte select per code."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 pair0, pair1;
+        .reg .b32 half0, half1, codes;
+        mov.b32 {pair0, pair1}, $1;
+        cvt.rn.f16x2.e4m3x2 half0, pair0;
+        cvt.rn.f16x2.e4m3x2 half1, pair1;
+        mul.rn.f16x2 half0, half0, $2;
+        mul.rn.f16x2 half1, half1, $3;
+        cvt.rn.satfinite.e4m3x2.f16x2 pair0, half0;
+        cvt.rn.satfinite.e4m3x2.f16x2 pair1, half1;
+        mov.b32 codes, {pair0, pair1};
+        lop3.b32 $0, codes, $1, $4, 0xE4;
+        }""",  # lop3 0xE4: (codes & merge) | (old & ~merge)
+        constraints="=r,r,r,r,r", args=[words, factor_lo, factor_hi, merge], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _slot_written(loc, num_slots):
+    """Whether slot ids `loc` are written by a call: not negative, not past the cache, not the sink."""
+    if _SINK_SLOT >= 0:
+        return (loc >= 0) & (loc < num_slots) & (loc != _SINK_SLOT)
+    else:
+        return (loc >= 0) & (loc < num_slots)
+
+
 @triton.jit
 def _block_of(loc, num_slots):
-    """The 32-slot block of each slot id (int32); -1 for skipped slots (negative, past the cache)."""
+    """The _BLOCK-slot block of each slot id (int32); -1 for skipped slots (see _slot_written)."""
     loc = loc.to(tl.int64)
-    return tl.where((loc >= 0) & (loc < num_slots), loc // 32, -1).to(tl.int32)
+    return tl.where(_slot_written(loc, num_slots), loc // _BLOCK, -1).to(tl.int32)
 
 
 @triton.jit
 def _same_block(other, loc, num_slots):
-    """Whether slot ids `other` land in the 32-slot block of `loc`, a slot the call writes. A
-    skipped slot never does: negative ids differ from it in the sign, and the cache ends at a block's
-    end. One masked xor, no division."""
-    return ((other.to(tl.int64) ^ loc.to(tl.int64)) & -32) == 0
+    """Whether slot ids `other` land in the block of `loc`, a slot the call writes. Without a sink,
+    one masked xor and no division: a skipped slot never does (negative ids differ from `loc` in
+    the sign, and the cache ends at a block's end)."""
+    if _SINK_SLOT >= 0:
+        return _block_of(other, num_slots) == _block_of(loc, num_slots)
+    else:
+        return ((other.to(tl.int64) ^ loc.to(tl.int64)) & -_BLOCK) == 0
 
 
 @triton.jit
 def _later_member(loc_ptr, entry, loc, n_tokens, num_slots):
-    """Whether one of the entries 2 to 31 after each entry lands in its block (`loc`, a slot the call
-    writes), and, where `loc` is a block's first slot and the next entry holds its second, whether those
-    that do hold its slots from 2 on, each at its place and none after a gap (a fresh run's, see
-    _fresh_run_rows): one load per lane and offset, from L1."""
+    """Whether one of the entries 2 to _BLOCK - 1 after each entry lands in its block (`loc`, a slot
+    the call writes), and, where `loc` is a block's first slot and the next entry holds its second,
+    whether those that do hold its slots from 2 on, each at its place and none after a gap (a fresh
+    run's, see _fresh_run_rows): one load per lane and offset, from L1."""
     member = tl.zeros_like(entry) != 0        # none found yet
     last_in = tl.zeros_like(entry).to(tl.int32)          # the last of them in the block (0: none)
-    first_out = last_in + 32                         # the first not at its place (32: none)
-    for later in tl.static_range(2, 32):
+    first_out = last_in + _BLOCK                         # the first not at its place (_BLOCK: none)
+    for later in tl.static_range(2, _BLOCK):
         later_loc = tl.load(loc_ptr + entry + later, mask=entry + later < n_tokens, other=-1).to(tl.int64)
         in_block = _same_block(later_loc, loc, num_slots)
         member = member | in_block
         last_in = tl.where(in_block, later, last_in)
-        first_out = tl.minimum(first_out, tl.where((later_loc ^ loc) != later, later, 32))   # loc + later, for a block's first slot
-    # Selects, not a chain of flags: 0.2 us less per call on the H200.
+        first_out = tl.minimum(first_out, tl.where((later_loc ^ loc) != later, later, _BLOCK))   # loc + later, for a block's first slot
+    # Selects, not a chain of flags (fewer instructions).
     run_only = last_in < first_out
     return member, run_only
 
 
 @triton.jit
 def _fresh_run_rows(loc, before_loc, after_loc, num_slots):
-    """The rows of entry e's block (of `loc`, a slot the call writes) if they are a fresh run, else 0: the
-    block's entries are consecutive from e - j (j = loc % 32, the slot's place in the block) and hold its
-    slots from the first, in order (32 of them: a whole block, as in most of a prefill; fewer: a
-    sequence's last block). The slots of the entries around e: before_loc[i] e - 1 - i, after_loc[i]
-    e + 1 + i (31 each; -1 past the call): every other entry of the block among them (its entries
-    lie within 32 consecutive ones) must be a run's, one [32] tile, one sum and one max."""
-    window = tl.arange(0, 32)
-    j = (loc % 32).to(tl.int32)
-    # The entries after e within the 32 from e - j that land in the block: those of the run, if it is one.
-    later = tl.sum((_same_block(after_loc, loc, num_slots) & (window < 31 - j)).to(tl.int32), axis=0)
+    """The rows of entry e's block (of `loc`, a slot the call writes) if they are a fresh run, else 0:
+    the block's entries are consecutive from e - j (j = loc % _BLOCK, the slot's place in the block)
+    and hold its slots from the first, in order (_BLOCK of them: a whole block, as in most of a
+    prefill; fewer: a sequence's last block). The slots of the entries around e: before_loc[i]
+    e - 1 - i, after_loc[i] e + 1 + i (_BLOCK - 1 each; -1 past the call): every other entry of the
+    block among them (its entries lie within _BLOCK consecutive ones) must be a run's, one [_BLOCK]
+    tile, one sum and one max."""
+    window = tl.arange(0, _BLOCK)
+    j = (loc % _BLOCK).to(tl.int32)
+    # The entries after e within the _BLOCK from e - j that land in the block: those of the run, if it is one.
+    later = tl.sum((_same_block(after_loc, loc, num_slots) & (window < _BLOCK - 1 - j)).to(tl.int32), axis=0)
     # Breaks: one of the j entries before e that is not the run's, any earlier one in the block, one of
     # the `later` entries after e that is not the run's.
     breaks = tl.where(window < j, before_loc != loc - 1 - window, _same_block(before_loc, loc, num_slots))
@@ -971,22 +1018,21 @@ def _fresh_run_rows(loc, before_loc, after_loc, num_slots):
 
 @triton.jit
 def _fresh_exponents(magnitude):
-    """A fresh block's exponents, from each value index's largest magnitude over its rows (fp32 bits, see
-    _magnitude_bits): at least -127."""
-    return tl.maximum(_x_exponent(magnitude), -127)
+    """A fresh block's exponents, from each value index's largest magnitude over its rows (fp32 bits,
+    see _magnitude_bits): at least _EXPONENT_LO."""
+    return tl.maximum(_block_exponent(magnitude), _EXPONENT_LO)
 
 
 @triton.jit
 def _slice_rows(first_row, row_stride, ok, count, ROWS: tl.constexpr):
-    """ROWS rows of a slice of value indices (fp32 vectors, row_stride elements apart from first_row; 0
-    from row `count` on) as a tuple, and each value index's largest magnitude over them (fp32 bits).
-    Vectors, not one [rows, values] tile: their max is elementwise, where a tile's max over rows has the
-    program's warps exchange partial maxima through shared memory (on the H200 a 2048-token prefill's
-    lone kernel took 4.7 us with such tiles, 3.3 with vectors)."""
+    """ROWS rows of a slice of value indices (fp32 vectors, row_stride elements apart from first_row;
+    0 from row `count` on) as a tuple, and each value index's largest magnitude over them (fp32
+    bits). Vectors, not one [rows, values] tile: their max is elementwise, where a tile's max over
+    rows has the program's warps exchange partial maxima through shared memory."""
     rows = ()
     lanes = tl.zeros_like(ok.to(tl.int32))      # row numbers as tensors: the interpreter rejects tensor & scalar masks
     magnitude = lanes
-    row_ptr = first_row        # stepped, not first_row + i * row_stride: a prefill of 2048 tokens 0.1 us faster (H200)
+    row_ptr = first_row        # stepped, not first_row + i * row_stride (fewer 64-bit multiplies)
     for i in tl.static_range(ROWS):
         row = _convert(tl.load(row_ptr, mask=ok & (lanes + i < count), other=0.0), tl.float32)
         magnitude = tl.maximum(magnitude, _magnitude_bits(row))
@@ -997,9 +1043,10 @@ def _slice_rows(first_row, row_stride, ok, count, ROWS: tl.constexpr):
 
 @triton.jit
 def _rows_magnitude(first_row, offsets, row_stride, ok, count, ROWS: tl.constexpr):
-    """Each value index's largest magnitude (fp32 bits) over `count` (at most ROWS) rows of [heads, value
-    indices] tiles (`offsets` from each row's start; the rows row_stride elements apart from first_row, a
-    scalar pointer: no tile of 64-bit pointers to keep): all loads at once, an elementwise max."""
+    """Each value index's largest magnitude (fp32 bits) over `count` (at most ROWS) rows of [heads,
+    value indices] tiles (`offsets` from each row's start; the rows row_stride elements apart from
+    first_row, a scalar pointer: no tile of 64-bit pointers to keep): all loads at once, an
+    elementwise max."""
     lanes = tl.zeros_like(ok.to(tl.int32))      # row numbers as tensors: the interpreter rejects tensor & scalar masks
     magnitude = lanes
     row_ptr = first_row
@@ -1028,8 +1075,8 @@ def _maybe_alone(loc_ptr, entry, n_tokens, num_slots):
 @triton.jit
 def _multiplier(exponent):
     """2**-exponent, the factor that takes values to codes, for the exponents of ue8m0 bytes,
-    [-127, 128]: -127 .. 126 give normal fp32 powers, 127 the subnormal
-    2**-127, 128 (a stored 0xFF, an infinite scale) 0, so 0 codes as in the seed."""
+    [-127, 128]: -127 .. 126 give normal fp32 powers, 127 the subnormal 2**-127, 128 (a stored 0xFF,
+    an infinite scale) 0, so 0 codes as in the seed."""
     field = _F32_BIAS - exponent                  # the fp32 exponent field of 2**-exponent where it is normal
     # One max, no select: for a normal field (> 0) the first term is the power's bits and the second
     # smaller; for field 0 (2**-127) and -1 (0) the second, (field + 1) * 2**-127, is exact and the
@@ -1041,10 +1088,10 @@ def _multiplier(exponent):
 @triton.jit
 def _rescale(kept_addr, keep, shift):
     """Re-encode the kept codes under `keep` at their block's grown exponent: times 2**shift (old
-    minus new exponent, exact: a power of two). The runs kernel's: ptxas 12.8 crashed on
-    _rescale_rows there (e5m2 codes, 64 value indices, 2-4 warps)."""
+    minus new exponent, exact: a power of two). The runs kernel's (ptxas 12.8 crashed on a
+    [slots, values] tile variant there)."""
     old = tl.load(kept_addr, mask=keep, other=0)
-    tl.store(kept_addr, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old) * _exp2i(shift)), mask=keep)
+    tl.store(kept_addr, _encode_codes(_decode_codes(old) * _exp2i(shift)), mask=keep)
 
 
 @triton.jit
@@ -1062,35 +1109,10 @@ def _rescale_slots(row0, row1, row2, row3, written, ok, grown, factor):
     old2 = tl.load(row2, mask=keep2, other=0)
     keep3 = ok & (written != 3)
     old3 = tl.load(row3, mask=keep3, other=0)
-    tl.store(row0, tl.where(grown, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old0) * factor), old0), mask=keep0)
-    tl.store(row1, tl.where(grown, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old1) * factor), old1), mask=keep1)
-    tl.store(row2, tl.where(grown, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old2) * factor), old2), mask=keep2)
-    tl.store(row3, tl.where(grown, _encode_fp8_e4m3fn(_decode_fp8_e4m3fn(old3) * factor), old3), mask=keep3)
-
-
-@triton.jit
-def _rescale_words(words, factor_lo, factor_hi, merge):
-    """fp8_e4m3fn codes, 4 per 32-bit word, times fp16 factors (factor_lo: the word's codes 0
-    and 1, factor_hi: 2 and 3, as f16x2 bits); the bytes where `merge` is 0 keep their old value.
-    Inline PTX (sm_89+): codes to f16x2, mul.rn.f16x2, back with cvt.rn.satfinite, a lop3 merge. A
-    code times a power of two is exact in fp16, or (the factor or product below fp16's range) so
-    small that the code rounds to zero either way: the bytes of the fp32 rescale, in 9 instructions
-    per word instead of a byte select per code."""
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b16 pair0, pair1;
-        .reg .b32 half0, half1, codes;
-        mov.b32 {pair0, pair1}, $1;
-        cvt.rn.f16x2.e4m3x2 half0, pair0;
-        cvt.rn.f16x2.e4m3x2 half1, pair1;
-        mul.rn.f16x2 half0, half0, $2;
-        mul.rn.f16x2 half1, half1, $3;
-        cvt.rn.satfinite.e4m3x2.f16x2 pair0, half0;
-        cvt.rn.satfinite.e4m3x2.f16x2 pair1, half1;
-        mov.b32 codes, {pair0, pair1};
-        lop3.b32 $0, codes, $1, $4, 0xE4;
-        }""",  # lop3 0xE4: (codes & merge) | (old & ~merge)
-        constraints="=r,r,r,r,r", args=[words, factor_lo, factor_hi, merge], dtype=tl.int32, is_pure=True, pack=1)
+    tl.store(row0, tl.where(grown, _encode_codes(_decode_codes(old0) * factor), old0), mask=keep0)
+    tl.store(row1, tl.where(grown, _encode_codes(_decode_codes(old1) * factor), old1), mask=keep1)
+    tl.store(row2, tl.where(grown, _encode_codes(_decode_codes(old2) * factor), old2), mask=keep2)
+    tl.store(row3, tl.where(grown, _encode_codes(_decode_codes(old3) * factor), old3), mask=keep3)
 
 
 @triton.jit
@@ -1152,7 +1174,7 @@ def _append_lone_kernel(
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
     SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
 ):
-    """The entries alone in their 32-slot block (none of the 31 entries before or after lands in
+    """The entries alone in their _BLOCK-slot block (none of the _BLOCK - 1 entries before or after lands in
     it: every row of a decode step): one entry, one plane, HEAD_TILE heads and COLUMNS value indices
     per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
     in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
@@ -1181,7 +1203,7 @@ def _append_lone_kernel(
         ok = tl.full((HEAD_TILE, COLUMNS), 1, tl.int1)      # whole tiles: no masks
     else:
         ok = (head < HEADS)[:, None] & (dim < VALUES)[None, :]
-    window = tl.arange(0, 32)
+    window = tl.arange(0, _BLOCK)
     start = tl.program_id(0) * CHUNKS
     stop = tl.minimum(start + CHUNKS, n_tokens)
     if CHUNKS > 1:
@@ -1194,21 +1216,21 @@ def _append_lone_kernel(
         entry = start
     while entry < stop:
         loc = tl.load(loc_ptr + entry).to(tl.int64)
-        # Alone: a slot the call writes, and none of the 31 entries before or after lands in its block.
+        # Alone: a slot the call writes, and none of the _BLOCK - 1 entries before or after lands in its block.
         before = entry - 1 - window
         after = entry + 1 + window
-        before_loc = tl.load(loc_ptr + before, mask=(window < 31) & (before >= 0), other=-1)
-        after_loc = tl.load(loc_ptr + after, mask=(window < 31) & (after < n_tokens), other=-1)
+        before_loc = tl.load(loc_ptr + before, mask=(window < _BLOCK - 1) & (before >= 0), other=-1)
+        after_loc = tl.load(loc_ptr + after, mask=(window < _BLOCK - 1) & (after < n_tokens), other=-1)
         shared = _same_block(before_loc, loc, num_slots) | _same_block(after_loc, loc, num_slots)
-        if ((loc >= 0) & (loc < num_slots)) & (tl.max(shared.to(tl.int32), axis=0) == 0):
+        if (_slot_written(loc, num_slots)) & (tl.max(shared.to(tl.int32), axis=0) == 0):
             if RELEASE_RUNS & (CHUNKS > 1):
                 # A big call's programs let the runs kernel launch at their first lone entry (a call with
                 # none, a prefill, launches it at its end).
                 tl.extra.cuda.gdc_launch_dependents()
             page = loc // PAGE_SIZE
             slot = loc % PAGE_SIZE
-            block = slot // 32
-            fresh = slot % 32 == 0
+            block = slot // _BLOCK
+            fresh = slot % _BLOCK == 0
             records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
             scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
             # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
@@ -1221,9 +1243,9 @@ def _append_lone_kernel(
                 stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
             # A fresh block (its first slot written now) starts over from the smallest exponent.
             byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
-            byte = tl.maximum(byte_old, _x_exponent(_magnitude_bits(x)) + 127)
+            byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + 127)
             new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-            tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(byte - 127)), mask=ok)
+            tl.store(records + new_row, _encode_codes(x * _multiplier(byte - 127)), mask=ok)
             grown = (byte > byte_old) & ok
             if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
                 # Only the exponents that grew are written (a fresh block's all); when none did, the byte
@@ -1236,9 +1258,9 @@ def _append_lone_kernel(
                         factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
                         word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
                         words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
-                        written = (slot % 32).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
+                        written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
                         words = records.to(tl.pointer_type(tl.int32))
-                        for r in range(0, 32, 8):
+                        for r in range(0, _BLOCK, 8):
                             row0 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
                             row1 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
                             row2 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
@@ -1251,8 +1273,8 @@ def _append_lone_kernel(
                     else:
                         # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
                         factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
-                        written = (slot % 32).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
-                        for r in range(0, 32, 4):
+                        written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
+                        for r in range(0, _BLOCK, 4):
                             row0 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                             row1 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
                             row2 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
@@ -1264,13 +1286,13 @@ def _append_lone_kernel(
             run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
             # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
             # part + run, ... of the program's tile, each SLICE value indices of one head, all the run's rows.
-            part = loc % 32
-            if ((loc >= 0) & (loc < num_slots)) & (run > 0) & (run <= SHORT_RUN):
+            part = loc % _BLOCK
+            if (_slot_written(loc, num_slots)) & (run > 0) & (run <= SHORT_RUN):
                 # A short run (at most SHORT_RUN rows: dealt out, its slices would take several rounds): each
                 # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
                 page = loc // PAGE_SIZE
                 slot = loc % PAGE_SIZE
-                block = slot // 32
+                block = slot // _BLOCK
                 records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
                 scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
                 # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
@@ -1282,16 +1304,16 @@ def _append_lone_kernel(
                     exponent = _fresh_exponents(_rows_magnitude(v_ptr + (entry - part).to(tl.int64) * v_stride_t, offsets, v_stride_t, part_ok, run, SHORT_RUN))
                     x = _convert(tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
                     new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + part_head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    tl.store(records + new_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)), mask=part_ok)
+                    tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
                     if part == 0:
                         # The run's first entry writes the exponents.
                         sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + part_head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
                         tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=part_ok)
 
-            elif ((loc >= 0) & (loc < num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
+            elif (_slot_written(loc, num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
                 page = loc // PAGE_SIZE
                 slot = loc % PAGE_SIZE
-                block = slot // 32
+                block = slot // _BLOCK
                 piece = part
                 while piece < HEAD_TILE * (COLUMNS // SLICE):
                     slice_head = tile_head + piece // (COLUMNS // SLICE)
@@ -1301,12 +1323,12 @@ def _append_lone_kernel(
                     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
                     # The slice of the run's rows (its entries, from the block's first), one vector each: see _slice_rows.
                     first_row = v_ptr + (entry - part).to(tl.int64) * v_stride_t + slice_head * v_stride_h + slice_dim
-                    values, magnitude = _slice_rows(first_row, v_stride_t, slice_ok, run, 32)
+                    values, magnitude = _slice_rows(first_row, v_stride_t, slice_ok, run, _BLOCK)
                     exponent = _fresh_exponents(magnitude)
                     multiplier = _multiplier(exponent)
-                    for i in tl.static_range(32):
+                    for i in tl.static_range(_BLOCK):
                         block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + i) * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim
-                        tl.store(records + block_row, _encode_fp8_e4m3fn(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
+                        tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
                     sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + slice_head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + slice_dim * SF_X_DIM_STRIDE
                     tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=slice_ok)
 
@@ -1332,14 +1354,14 @@ def _append_runs_kernel(
 ):
     """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
     COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
-    PRELOAD (big calls, prefill-like): each program's first 32 rows load before its slots arrive.
+    PRELOAD (big calls, prefill-like): each program's first _BLOCK rows load before its slots arrive.
     FRESH_RUNS: the lone kernel writes the fresh runs (see there); they are skipped here.
 
-    An entry leads its 32-slot block when none of the 32 entries before it lands in the same
-    block (a block's entries must lie within 32 consecutive entries, as with per-sequence
+    An entry leads its _BLOCK-slot block when none of the _BLOCK entries before it lands in the same
+    block (a block's entries must lie within _BLOCK consecutive entries, as with per-sequence
     contiguous slots); only run starts (the entry before lands elsewhere) can lead. A leader merges
     its block's new exponents with the stored ones, writes the new codes and exponents and rescales
-    the kept codes where an exponent grew; other entries do nothing. A whole fresh block (the 32
+    the kept codes where an exponent grew; other entries do nothing. A whole fresh block (the _BLOCK
     entries from its leader are its slots in order, as in most of a prefill) skips the merge.
     """
     if EARLY_RELEASE:
@@ -1349,7 +1371,7 @@ def _append_runs_kernel(
     head = tl.program_id(1) % HEADS
     first = tl.program_id(0) * ENTRIES
     dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
-    window = tl.arange(0, 32)
+    window = tl.arange(0, _BLOCK)
     index = tl.arange(0, ENTRIES)
     entry = first + index
     loc = tl.load(loc_ptr + entry, mask=entry < n_tokens, other=-1).to(tl.int64)
@@ -1358,7 +1380,7 @@ def _append_runs_kernel(
     next_loc = tl.load(loc_ptr + entry + 1, mask=entry + 1 < n_tokens, other=-1)
     following = _block_of(next_loc, num_slots)
     # Candidates: run starts (the entry before lands elsewhere) with a later entry in their block (the
-    # next one, or for a run of one entry one of the 30 after it); the others are alone or led.
+    # next one, or for a run of one entry one of the _BLOCK - 2 after it); the others are alone or led.
     run_start = (own_block >= 0) & (previous != own_block)
     if PRELOAD:
         # A big call (prefill-like) reads the later entries only where a run of one entry needs them.
@@ -1371,24 +1393,24 @@ def _append_runs_kernel(
     if FRESH_RUNS:
         # The lone kernel writes the fresh runs (a block's entries hold its slots in order from its
         # first), slices per entry: they lead nothing here.
-        fresh_run = (loc % 32 == 0) & (next_loc == loc + 1) & run_only
+        fresh_run = (loc % _BLOCK == 0) & (next_loc == loc + 1) & run_only
         candidate = candidate & ~fresh_run
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
     rows = v_ptr + head * v_stride_h                 # + entry * stride_t + value index: a new value
-    # The candidates one at a time: a block's new rows are among the 32 entries from its leader on.
+    # The candidates one at a time: a block's new rows are among the _BLOCK entries from its leader on.
     k = tl.min(tl.where(candidate, index, ENTRIES), axis=0)
     if PRELOAD:
-        # A big call's program loads its own 32 rows with its slots: the rows of a leader at its first entry.
+        # A big call's program loads its own _BLOCK rows with its slots: the rows of a leader at its first entry.
         own = first + window
         x_own = tl.load(rows + own.to(tl.int64)[:, None] * v_stride_t + dim[None, :],
                         mask=(own < n_tokens)[:, None] & (dim < VALUES)[None, :], other=0.0)
         if k == 0:
             n = first + k
             loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
-            block_id = loc_k // 32
+            block_id = loc_k // _BLOCK
             page_k = loc_k // PAGE_SIZE
-            first_slot = loc_k % PAGE_SIZE - loc_k % 32
+            first_slot = loc_k % PAGE_SIZE - loc_k % _BLOCK
             after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
             member = n + window
             member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
@@ -1398,36 +1420,36 @@ def _append_runs_kernel(
             # The block's stored exponents, unless the leader itself starts the block.
             dim_ok = dim < VALUES
             sc_addr = scales + page_k * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + first_slot // 32 * SF_X_BLOCK_STRIDE + dim * SF_X_DIM_STRIDE
-            stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % 32 != 0), other=0).to(tl.int32) - 127
-            before = n - 32 + window
+            stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - 127
+            before = n - _BLOCK + window
             before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
-            # A run start leads unless an earlier entry of the 32 before it lands in the same block.
+            # A run start leads unless an earlier entry of the _BLOCK before it lands in the same block.
             if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
-                # A whole fresh block (the 32 entries from the leader are its slots in order, as in most of a
+                # A whole fresh block (the _BLOCK entries from the leader are its slots in order, as in most of a
                 # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
-                whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
+                whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == _BLOCK) & (loc_k % _BLOCK == 0)
                 if whole:
                     x = _convert(x_ahead, tl.float32)
                     exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
                     block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
+                    tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
                     tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
                 else:
                     hit = _block_of(member_loc, num_slots) == block_id
                     hit_ok = hit[:, None] & dim_ok[None, :]
                     x = _convert(tl.where(hit_ok, x_ahead, 0.0), tl.float32)       # rows past the call's end are no hits: all are preloaded
-                    member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
+                    member_in_block = tl.where(hit, member_loc % _BLOCK, -1).to(tl.int32)   # each entry's slot in the block
                     # A block whose first slot is written now starts over: stored exponents and other slots are stale.
                     fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
                     in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
                     exponent_old = tl.where(in_use, stored, -127)
-                    exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
+                    exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
                     member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+                    tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
                     tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
                     if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
                         # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
-                        for r in range(0, 32, RESCALE_ROWS):
+                        for r in range(0, _BLOCK, RESCALE_ROWS):
                             part = r + tl.arange(0, RESCALE_ROWS)
                             kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
                             kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
@@ -1436,9 +1458,9 @@ def _append_runs_kernel(
     while k < ENTRIES:
         n = first + k
         loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
-        block_id = loc_k // 32
+        block_id = loc_k // _BLOCK
         page_k = loc_k // PAGE_SIZE
-        first_slot = loc_k % PAGE_SIZE - loc_k % 32
+        first_slot = loc_k % PAGE_SIZE - loc_k % _BLOCK
         after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
         member = n + window
         member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
@@ -1446,42 +1468,42 @@ def _append_runs_kernel(
         # Every load at once, before the leader check: the rows of the run that starts here (its entries
         # up to the next candidate; to the window's end past this program's entries) need not wait for
         # the slots (other rows of the block join in block_body).
-        ahead = (window < tl.where(after < ENTRIES, after - k, 32)) & (member < n_tokens)
+        ahead = (window < tl.where(after < ENTRIES, after - k, _BLOCK)) & (member < n_tokens)
         x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
         # The block's stored exponents, unless the leader itself starts the block.
         dim_ok = dim < VALUES
         sc_addr = scales + page_k * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + first_slot // 32 * SF_X_BLOCK_STRIDE + dim * SF_X_DIM_STRIDE
-        stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % 32 != 0), other=0).to(tl.int32) - 127
-        before = n - 32 + window
+        stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - 127
+        before = n - _BLOCK + window
         before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
-        # A run start leads unless an earlier entry of the 32 before it lands in the same block.
+        # A run start leads unless an earlier entry of the _BLOCK before it lands in the same block.
         if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
-            # A whole fresh block (the 32 entries from the leader are its slots in order, as in most of a
+            # A whole fresh block (the _BLOCK entries from the leader are its slots in order, as in most of a
             # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
-            whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == 32) & (loc_k % 32 == 0)
+            whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == _BLOCK) & (loc_k % _BLOCK == 0)
             if whole:
                 x = _convert(x_ahead, tl.float32)
                 exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
                 block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + block_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
+                tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
                 tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
             else:
                 hit = _block_of(member_loc, num_slots) == block_id
                 hit_ok = hit[:, None] & dim_ok[None, :]
                 x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
                 x = _convert(tl.where(hit_ok, x, 0.0), tl.float32)
-                member_in_block = tl.where(hit, member_loc % 32, -1).to(tl.int32)   # each entry's slot in the block
+                member_in_block = tl.where(hit, member_loc % _BLOCK, -1).to(tl.int32)   # each entry's slot in the block
                 # A block whose first slot is written now starts over: stored exponents and other slots are stale.
                 fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
                 in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
                 exponent_old = tl.where(in_use, stored, -127)
-                exponent = tl.maximum(exponent_old, _x_exponent(tl.max(_magnitude_bits(x), axis=0)))
+                exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
                 member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + member_row, _encode_fp8_e4m3fn(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+                tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
                 tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
                 if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
                     # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
-                    for r in range(0, 32, RESCALE_ROWS):
+                    for r in range(0, _BLOCK, RESCALE_ROWS):
                         part = r + tl.arange(0, RESCALE_ROWS)
                         kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
                         kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
@@ -1582,7 +1604,7 @@ def _append_launches(srcs: tuple, loc, cache, page_size: int, geo: dict, num_pag
     # ... and then write fresh runs too, slices of each tile dealt out to a run's entries (up to 32 slices, each
     # within one head and at least a value index per thread: a slice the program's warps shared each would load).
     fresh_runs = knobs["lone_fresh_runs"] and chunks == 1
-    slice_values = min(columns, max(head_tile * columns // 32, _WARP_THREADS * knobs["lone_warps"]))
+    slice_values = min(columns, max(head_tile * columns // SCALE_GROUP_TOKENS, _WARP_THREADS * knobs["lone_warps"]))
     grid = (_cdiv(n_tokens, chunks), len(PLANES) * head_tiles, _cdiv(values, columns))
     _launch(_append_lone_kernel, grid, args, dict(HEAD_TILE=head_tile, HEAD_TILES=head_tiles, CHUNKS=chunks, COLUMNS=columns,
                               FRESH_RUNS=fresh_runs, SLICE=slice_values, SHORT_RUN=_SHORT_RUN,
@@ -1593,7 +1615,7 @@ def _append_launches(srcs: tuple, loc, cache, page_size: int, geo: dict, num_pag
                               **({"launch_pdl": True} if chain["PDL"] else {}), **geo), plan, tensors)
     entries, columns = knobs["entries"], min(knobs["columns"], _next_pow2(values))
     grid = (_cdiv(n_tokens, entries), len(PLANES) * heads, _cdiv(values, columns))
-    _launch(_append_runs_kernel, grid, args, dict(ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, 32),
+    _launch(_append_runs_kernel, grid, args, dict(ENTRIES=entries, COLUMNS=columns, RESCALE_ROWS=min(_RESCALE_ROWS, SCALE_GROUP_TOKENS),
                               PRELOAD=chunks > 1, FRESH_RUNS=fresh_runs, PDL=runs_pdl, EARLY_RELEASE=chain["EARLY_RELEASE"],
                               num_warps=knobs["num_warps"], **({"launch_pdl": True} if runs_pdl else {}), **geo), plan, tensors)
 
