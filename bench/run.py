@@ -35,6 +35,7 @@ import math
 import platform
 import sys
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class Case:
     small: bool = False
     graph: bool = False         # time CUDA-graph replays too (always for small calls)
     baseline: object = None     # a call timed alike and subtracted (it sets up fn's state)
+    package: str = "generated"  # where the layout module came from
 
 
 @dataclass
@@ -210,9 +212,10 @@ def scale_bytes(m, geo, slots, heads) -> int:
     return blocks * len(m.PLANES) * heads * sum(v for k, v in geo.items() if k.endswith("_TILES"))
 
 
-def cases_for(name: str, quick: bool) -> list:
+def cases_for(name: str, quick: bool, package: str = "generated") -> list:
     """The benchmark cases of one layout: every op it generates, small (decode-size) and large."""
-    m = importlib.import_module(f"generated.{name}")
+    m = importlib.import_module(f"{package}.{name}")
+    torch.manual_seed(zlib.crc32(name.encode()))   # the same inputs for every package's module of a layout
     heads, values = m.HEADS or 8, m.VALUES or 128
     page = 64 if m.PAGE_SIZE_MULTIPLE == 1 else 128
     geo = m.geometry(page, heads, values)
@@ -277,6 +280,8 @@ def cases_for(name: str, quick: bool) -> list:
             out.append(Case(name, "quantize", "dense", f"{rows}x{width}", moved, lambda x=x: m.quantize(x), moved, small))
             out.append(Case(name, "dequantize", "dense", f"{rows}x{width}", moved,
                             lambda d=data, s=scale: m.dequantize(d, s), moved, small))
+    for case in out:
+        case.package = package
     return out
 
 
@@ -313,7 +318,7 @@ def measure(case: Case, copy_gbps: float) -> Result:
 def pdl_graph_us(case: Case) -> float:
     """The graph time of a small call with the op's dependent_launch knob on: a stream of calls that
     are programmatic dependent launches, each one's launch overlapping the previous call (sm_90+)."""
-    m = importlib.import_module(f"generated.{case.layout}")
+    m = importlib.import_module(f"{case.package}.{case.layout}")
     saved = m.LAUNCH[case.op]
     m.LAUNCH[case.op] = {**saved, "dependent_launch": True}
     m.clear_plans()
@@ -413,6 +418,21 @@ def table(results, copy_gbps: float) -> str:
     return "\n".join(lines)
 
 
+def gpu_us(r: Result) -> float:
+    """The figure two runs of a case compare: GPU time from graph replays for small calls, else eager."""
+    return r.graph_us if r.graph_us is not None else r.us
+
+
+def compare_table(pairs, package: str, against: str) -> str:
+    lines = [f"{package} against {against} (each case measured for both, back to back; us: graph time for "
+             "small calls, eager for large)",
+             f"{'layout':<19} {'op':<15} {'scenario':<8} {'size':<26} {against[-12:]:>12} {package[-12:]:>12} {'ratio':>6}"]
+    for new, old in pairs:
+        lines.append(f"{new.layout:<19} {new.op:<15} {new.scenario:<8} {new.size:<26} {gpu_us(old):12.2f} "
+                     f"{gpu_us(new):12.2f} {gpu_us(new) / gpu_us(old):6.3f}")
+    return "\n".join(lines)
+
+
 def environment() -> dict:
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
@@ -424,6 +444,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--only", action="append", default=[], help="LAYOUT or LAYOUT.OP (repeatable)")
     p.add_argument("--sweep", action="store_true", help="time each case under several launch shapes instead")
+    p.add_argument("--package", default="generated", help="import the layout modules from this package")
+    p.add_argument("--against", metavar="PACKAGE", help="also time each case with this package's modules (e.g. an "
+                   "earlier generated/ kept in an ignored folder), back to back, and print both side by side")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("kvlayout bench needs a CUDA GPU", file=sys.stderr)
@@ -432,14 +455,20 @@ def main(argv=None) -> int:
     copy_gbps = device_copy_gbps()
     floor = launch_floor_us()
     layouts = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
-    results = []
+    results, pairs = [], []
     for name in layouts:
         if args.only and not any(o.split(".")[0] == name for o in args.only):
             continue
-        cases = [c for c in cases_for(name, args.quick)
+        cases = [c for c in cases_for(name, args.quick, args.package)
                  if not args.only or any(o in (name, f"{name}.{c.op}") for o in args.only)]
         if args.sweep:
             print(sweep(cases, copy_gbps), flush=True)
+        elif args.against:
+            olds = {(c.op, c.scenario, c.size): c for c in cases_for(name, args.quick, args.against)}
+            for case in cases:
+                pairs.append((measure(case, copy_gbps), measure(olds[case.op, case.scenario, case.size], copy_gbps)))
+            results.extend(new for new, _ in pairs[-len(cases):])
+            del olds
         else:
             results.extend(measure(case, copy_gbps) for case in cases)
         del cases
@@ -447,11 +476,15 @@ def main(argv=None) -> int:
     if args.sweep:
         return 0
     print(table(results, copy_gbps))
+    if pairs:
+        print(compare_table(pairs, args.package, args.against))
     print(f"launch floor: {floor:.2f} us per empty Triton kernel replayed from a CUDA graph")
     if args.json:
         args.json.write_text(json.dumps({"environment": environment(), "copy_gbps": copy_gbps,
                                          "launch_floor_us": floor,
-                                         "results": [asdict(r) for r in results]}, indent=1))
+                                         "results": [asdict(r) for r in results],
+                                         **({"against": args.against, "against_results": [asdict(o) for _, o in pairs]}
+                                            if pairs else {})}, indent=1))
     return 0
 
 
