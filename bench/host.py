@@ -156,6 +156,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=Path, help="folder of the seed kernel files, to time them side by side")
     p.add_argument("--package", default="generated", help="import the layout modules from this package")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--against", metavar="PACKAGE", help="also time each op with this package's modules, alternating "
+                   "with ours over ROUNDS rounds (the faster timing of each), side by side")
     p.add_argument("--table", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
                    help="print the Markdown table of two runs' JSON files (no GPU needed)")
     args = p.parse_args(argv)
@@ -169,19 +171,27 @@ def main(argv=None) -> int:
     a, b = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
     add_us = host_us(lambda: torch.add(a, b))
     results = []
+    theirs = {name: fn for name, _, fn, _ in cases(args.against, None)} if args.against else {}
     for name, size, ours, seed in cases(args.package, args.seeds):
-        results.append({"op": name, "size": size, "host_us": host_us(ours),
-                        "seed_host_us": host_us(seed) if seed else None})
+        row = {"op": name, "size": size, "host_us": host_us(ours), "seed_host_us": host_us(seed) if seed else None}
+        if theirs:
+            other = host_us(theirs[name])
+            for _ in range(ROUNDS - 1):       # alternate: drifts of the machine hit both alike
+                row["host_us"] = min(row["host_us"], host_us(ours))
+                other = min(other, host_us(theirs[name]))
+            row["against_host_us"] = other
+        results.append(row)
     add_us = min(add_us, host_us(lambda: torch.add(a, b)))      # the yardstick again, after the rows
     print(f"host time per eager call ({CALLS} calls, no sync), package {args.package}; "
           f"bare torch.add (the faster of two timings): {add_us:.1f} us (target <= {2 * add_us:.1f} us)")
     print(f"{'op':<42} {'size':<12} {'us':>7} {'seed us':>8} {'/ add':>6}")
     for r in results:
         seed = f"{r['seed_host_us']:8.1f}" if r["seed_host_us"] is not None else " " * 8
-        print(f"{r['op']:<42} {r['size']:<12} {r['host_us']:7.1f} {seed} {r['host_us'] / add_us:6.2f}")
+        against = f" {r['against_host_us']:7.1f} {args.against}" if "against_host_us" in r else ""
+        print(f"{r['op']:<42} {r['size']:<12} {r['host_us']:7.1f} {seed} {r['host_us'] / add_us:6.2f}{against}")
     if args.json:
         from bench.run import environment
-        args.json.write_text(json.dumps({"environment": environment(), "package": args.package,
+        args.json.write_text(json.dumps({"environment": environment(), "package": args.package, "against": args.against,
                                          "torch_add_us": add_us, "results": results}, indent=1))
     return 0
 
