@@ -93,6 +93,14 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     buffers = tuple(_buffer(name, tree["buffers"], ctx, align, segments) for name in tree["buffers"])
     _check_placement(tree, buffers, groups)
     records = next(r for b in buffers for r in b.regions if r.holds == "records")
+    if "append" in tree["ops"]:
+        for b in buffers:
+            for i, r in enumerate(b.regions):
+                split = next((t for t in r.terms if t.op is not None), None)
+                if split is not None:
+                    raise SpecError(tree["buffers"][b.name].item_mark(i), f"buffers.{b.name}[{i}].order: an append "
+                                    f"layout cannot split a coordinate ({split.text!r})",
+                                    f"order the {r.holds} by whole coordinates")
     if (heads.symbols() or values.symbols()) and records.terms[-1].text != "head":
         raise SpecError(tree.value_mark("buffers"), "buffers: with heads or values 'any', the records order must end "
                         "with 'head'", "readers take (heads, values) from the records buffer's last two dims")

@@ -919,6 +919,7 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
 _BLOCK = tl.constexpr(32)             # slots per block: one exponent per block, head and value index
 _SINK_SLOT = tl.constexpr(-1)       # the slot appends skip (-1: none)
 _EXPONENT_LO = tl.constexpr(-127)
+_UE8M0_BIAS = tl.constexpr(127)     # a stored exponent byte is the exponent plus this
 _encode_codes = _encode_fp8_e4m3fn
 _decode_codes = _decode_fp8_e4m3fn
 _block_exponent = _x_exponent
@@ -1158,38 +1159,35 @@ def _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written,
     tl.store(row7, _rescale_words(old7, factor_lo, factor_hi, merge), mask=keep7)
 
 
+# --- the two append kernels' programs --------------------------------------------------------------
+# Each generated kernel passes its plane's tensors and its geometry under these names: a record's
+# bytes at page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE,
+# a block's exponent byte at page * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE +
+# block * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE (the model's strides; append layouts split no
+# coordinate).
+
+
 @triton.jit
-def _append_lone_kernel(
-    v_ptr, v_stride_t, v_stride_h,
-    loc_ptr, n_tokens, num_slots,
-    v_cache_ptr, v_sf_ptr,
-    HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
-    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
-    PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
-    WORD: tl.constexpr,
-    WORD_RESCALE: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
-    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
-    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
-    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
-):
-    """The entries alone in their _BLOCK-slot block (none of the _BLOCK - 1 entries before or after lands in
-    it: every row of a decode step): one entry, one plane, HEAD_TILE heads and COLUMNS value indices
-    per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
-    in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
-    fresh block, first slot written, starts over); where one grew, the block's other slots are
-    rescaled. FRESH_RUNS (calls of one entry per program): the entries of a fresh run (a block's
-    entries are consecutive and hold its slots in order from the first: a prefill's blocks, whole or
-    a sequence's last) write it together, the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value
-    indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
-    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone);
-    in a run of at most SHORT_RUN rows each entry writes its own row instead, from the exponents of all
-    the run's rows, SHORT_HEADS of the tile's heads at a time (fewer registers than the whole tile).
-    _append_runs_kernel does every other entry's block. WORD > 0: the
-    stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
-    rescale works on 32-bit words of codes (see _word_rescale).
-    """
+def _outside_sink_block(block):
+    """Whether `block` is not the sink slot's block (always, without a sink)."""
+    if _SINK_SLOT >= 0:
+        return block != _SINK_SLOT // _BLOCK
+    else:
+        return True
+
+
+@triton.jit
+def _append_lone_program(
+        x_ptr, x_stride_t, x_stride_h, loc_ptr, n_tokens, num_slots, records_ptr, scales_ptr,
+        HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
+        FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
+        PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        SC_DIM_STRIDE: tl.constexpr):
+    """One program of _append_lone_kernel (see its docstring) for one plane: the source rows x
+    (x_stride_t, x_stride_h elements apart), the plane's records and scale bytes."""
     _wait_for_previous(PDL, False)     # its dependent is the runs kernel: let launch below (RELEASE_RUNS)
     if RELEASE_RUNS & (CHUNKS == 1):
         # Calls of one entry per program: let the runs kernel launch now, in every program (it reads
@@ -1222,7 +1220,7 @@ def _append_lone_kernel(
         before_loc = tl.load(loc_ptr + before, mask=(window < _BLOCK - 1) & (before >= 0), other=-1)
         after_loc = tl.load(loc_ptr + after, mask=(window < _BLOCK - 1) & (after < n_tokens), other=-1)
         shared = _same_block(before_loc, loc, num_slots) | _same_block(after_loc, loc, num_slots)
-        if (_slot_written(loc, num_slots)) & (tl.max(shared.to(tl.int32), axis=0) == 0):
+        if _slot_written(loc, num_slots) & (tl.max(shared.to(tl.int32), axis=0) == 0):
             if RELEASE_RUNS & (CHUNKS > 1):
                 # A big call's programs let the runs kernel launch at their first lone entry (a call with
                 # none, a prefill, launches it at its end).
@@ -1231,21 +1229,24 @@ def _append_lone_kernel(
             slot = loc % PAGE_SIZE
             block = slot // _BLOCK
             fresh = slot % _BLOCK == 0
-            records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
-            scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
+            records = records_ptr.to(tl.pointer_type(tl.uint8))
+            scales = scales_ptr.to(tl.pointer_type(tl.uint8))
             # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
-            x = _convert(tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + head[:, None] * v_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
-            sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
+            x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + head[:, None] * x_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
+            sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
             if WORD > 0:
                 # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
-                stored = _ue8m0_word_bytes(scales + page * SF_PAGE_BYTES + SF_X_OFFSET + head[:, None] * SF_X_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
+                stored = _ue8m0_word_bytes(scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
             else:
                 stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
             # A fresh block (its first slot written now) starts over from the smallest exponent.
-            byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
-            byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + 127)
-            new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-            tl.store(records + new_row, _encode_codes(x * _multiplier(byte - 127)), mask=ok)
+            if _EXPONENT_LO + _UE8M0_BIAS == 0:
+                byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
+            else:
+                byte_old = tl.where(fresh, _EXPONENT_LO + _UE8M0_BIAS, stored)
+            byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + _UE8M0_BIAS)
+            new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+            tl.store(records + new_row, _encode_codes(x * _multiplier(byte - _UE8M0_BIAS)), mask=ok)
             grown = (byte > byte_old) & ok
             if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
                 # Only the exponents that grew are written (a fresh block's all); when none did, the byte
@@ -1261,56 +1262,55 @@ def _append_lone_kernel(
                         written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
                         words = records.to(tl.pointer_type(tl.int32))
                         for r in range(0, _BLOCK, 8):
-                            row0 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row1 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row2 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row3 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row4 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 4) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row5 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 5) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row6 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 6) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
-                            row7 = words + ((page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 7) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE) >> 2) + word[None, :]
+                            row0 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row1 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row2 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row3 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row4 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row5 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row6 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row7 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
                             _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
                     else:
                         # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
                         factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
                         written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
                         for r in range(0, _BLOCK, 4):
-                            row0 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 0) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            row1 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 1) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            row2 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 2) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            row3 = records + page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - slot % 32 + r + 3) * CACHE_RECORDS_SLOT_STRIDE + head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                            row0 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            row1 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            row2 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            row3 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
                             _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
-
 
         elif FRESH_RUNS:
             run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
             # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
             # part + run, ... of the program's tile, each SLICE value indices of one head, all the run's rows.
             part = loc % _BLOCK
-            if (_slot_written(loc, num_slots)) & (run > 0) & (run <= SHORT_RUN):
+            if _slot_written(loc, num_slots) & (run > 0) & (run <= SHORT_RUN) & _outside_sink_block(loc // _BLOCK):
                 # A short run (at most SHORT_RUN rows: dealt out, its slices would take several rounds): each
                 # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
                 page = loc // PAGE_SIZE
                 slot = loc % PAGE_SIZE
                 block = slot // _BLOCK
-                records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
-                scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
+                records = records_ptr.to(tl.pointer_type(tl.uint8))
+                scales = scales_ptr.to(tl.pointer_type(tl.uint8))
                 # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
                 for first_head in tl.static_range(0, HEAD_TILE, SHORT_HEADS):
                     part_head = tile_head + first_head + tl.arange(0, SHORT_HEADS)
                     part_ok = (part_head < HEADS)[:, None] & (dim < VALUES)[None, :]
                     # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
-                    offsets = part_head[:, None] * v_stride_h + dim[None, :]
-                    exponent = _fresh_exponents(_rows_magnitude(v_ptr + (entry - part).to(tl.int64) * v_stride_t, offsets, v_stride_t, part_ok, run, SHORT_RUN))
-                    x = _convert(tl.load(v_ptr + entry.to(tl.int64) * v_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
-                    new_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + part_head[:, None] * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
+                    offsets = part_head[:, None] * x_stride_h + dim[None, :]
+                    exponent = _fresh_exponents(_rows_magnitude(x_ptr + (entry - part).to(tl.int64) * x_stride_t, offsets, x_stride_t, part_ok, run, SHORT_RUN))
+                    x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
+                    new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
                     tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
                     if part == 0:
                         # The run's first entry writes the exponents.
-                        sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + part_head[:, None] * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + dim[None, :] * SF_X_DIM_STRIDE
-                        tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=part_ok)
+                        sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+                        tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=part_ok)
 
-            elif (_slot_written(loc, num_slots)) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)):
+            elif _slot_written(loc, num_slots) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)) & _outside_sink_block(loc // _BLOCK):
                 page = loc // PAGE_SIZE
                 slot = loc % PAGE_SIZE
                 block = slot // _BLOCK
@@ -1319,18 +1319,18 @@ def _append_lone_kernel(
                     slice_head = tile_head + piece // (COLUMNS // SLICE)
                     slice_dim = tl.program_id(2) * COLUMNS + piece % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
                     slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
-                    records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
-                    scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
+                    records = records_ptr.to(tl.pointer_type(tl.uint8))
+                    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
                     # The slice of the run's rows (its entries, from the block's first), one vector each: see _slice_rows.
-                    first_row = v_ptr + (entry - part).to(tl.int64) * v_stride_t + slice_head * v_stride_h + slice_dim
-                    values, magnitude = _slice_rows(first_row, v_stride_t, slice_ok, run, _BLOCK)
+                    first_row = x_ptr + (entry - part).to(tl.int64) * x_stride_t + slice_head * x_stride_h + slice_dim
+                    values, magnitude = _slice_rows(first_row, x_stride_t, slice_ok, run, _BLOCK)
                     exponent = _fresh_exponents(magnitude)
                     multiplier = _multiplier(exponent)
                     for i in tl.static_range(_BLOCK):
-                        block_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (slot - part + i) * CACHE_RECORDS_SLOT_STRIDE + slice_head * CACHE_RECORDS_HEAD_STRIDE + slice_dim
+                        block_row = page * REC_PAGE_BYTES + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
                         tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
-                    sc_addr = scales + page * SF_PAGE_BYTES + SF_X_OFFSET + slice_head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE + slice_dim * SF_X_DIM_STRIDE
-                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=slice_ok)
+                    sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
+                    tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=slice_ok)
 
                     piece += run
         if CHUNKS > 1:
@@ -1340,30 +1340,90 @@ def _append_lone_kernel(
 
 
 @triton.jit
-def _append_runs_kernel(
-    v_ptr, v_stride_t, v_stride_h,
-    loc_ptr, n_tokens, num_slots,
-    v_cache_ptr, v_sf_ptr,
-    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, FRESH_RUNS: tl.constexpr,
-    PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
-    X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
-    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
-    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
-    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
-):
-    """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
-    COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
-    PRELOAD (big calls, prefill-like): each program's first _BLOCK rows load before its slots arrive.
-    FRESH_RUNS: the lone kernel writes the fresh runs (see there); they are skipped here.
+def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
+                loc_ptr, n_tokens, num_slots, ENTRIES: tl.constexpr, RESCALE_ROWS: tl.constexpr,
+                PRELOADED: tl.constexpr, PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        SC_DIM_STRIDE: tl.constexpr):
+    """The runs kernel's candidate at window entry k: if it leads its block (no earlier entry of the
+    _BLOCK before it lands there), merge the block's new rows with its stored exponents, write them
+    and rescale the kept slots where an exponent grew (a whole fresh block: written at once).
+    PRELOADED: the program's own rows are x_own (a big call's first leader). Returns the next
+    candidate's entry."""
+    n = first + k
+    loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
+    block_id = loc_k // _BLOCK
+    page_k = loc_k // PAGE_SIZE
+    first_slot = loc_k % PAGE_SIZE - loc_k % _BLOCK
+    after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
+    member = n + window
+    member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
+    src = rows + member.to(tl.int64)[:, None] * x_stride_t + dim[None, :]
+    if PRELOADED:
+        ahead = member < n_tokens                                # the program's own rows, preloaded
+        x_ahead = x_own
+    else:
+        # Every load at once, before the leader check: the rows of the run that starts here (its entries
+        # up to the next candidate; to the window's end past this program's entries) need not wait for
+        # the slots (other rows of the block join in block_body).
+        ahead = (window < tl.where(after < ENTRIES, after - k, _BLOCK)) & (member < n_tokens)
+        x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
+    # The block's stored exponents, unless the leader itself starts the block.
+    dim_ok = dim < VALUES
+    sc_addr = scales + page_k * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE + first_slot // _BLOCK * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE
+    stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - _UE8M0_BIAS
+    before = n - _BLOCK + window
+    before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
+    # A run start leads unless an earlier entry of the _BLOCK before it lands in the same block.
+    if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
+        # A whole fresh block (the _BLOCK entries from the leader are its slots in order, as in most of a
+        # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
+        whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == _BLOCK) & (loc_k % _BLOCK == 0) & _outside_sink_block(block_id)
+        if whole:
+            x = _convert(x_ahead, tl.float32)
+            exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
+            block_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + window)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
+            tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
+        else:
+            hit = _block_of(member_loc, num_slots) == block_id
+            hit_ok = hit[:, None] & dim_ok[None, :]
+            if PRELOADED:
+                x = _convert(tl.where(hit_ok, x_ahead, 0.0), tl.float32)       # rows past the call's end are no hits: all are preloaded
+            else:
+                x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
+                x = _convert(tl.where(hit_ok, x, 0.0), tl.float32)
+            member_in_block = tl.where(hit, member_loc % _BLOCK, -1).to(tl.int32)   # each entry's slot in the block
+            # A block whose first slot is written now starts over: stored exponents and other slots are stale.
+            fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
+            in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
+            exponent_old = tl.where(in_use, stored, _EXPONENT_LO)
+            exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
+            member_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (member_loc % PAGE_SIZE)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+            tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
+            if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
+                # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
+                for r in range(0, _BLOCK, RESCALE_ROWS):
+                    part = r + tl.arange(0, RESCALE_ROWS)
+                    kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
+                    kept_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + part)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+                    _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
 
-    An entry leads its _BLOCK-slot block when none of the _BLOCK entries before it lands in the same
-    block (a block's entries must lie within _BLOCK consecutive entries, as with per-sequence
-    contiguous slots); only run starts (the entry before lands elsewhere) can lead. A leader merges
-    its block's new exponents with the stored ones, writes the new codes and exponents and rescales
-    the kept codes where an exponent grew; other entries do nothing. A whole fresh block (the _BLOCK
-    entries from its leader are its slots in order, as in most of a prefill) skips the merge.
-    """
+    return after
+
+
+@triton.jit
+def _append_runs_program(
+        x_ptr, x_stride_t, x_stride_h, loc_ptr, n_tokens, num_slots, records_ptr, scales_ptr,
+        ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr,
+        FRESH_RUNS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        SC_DIM_STRIDE: tl.constexpr):
+    """One program of _append_runs_kernel (see its docstring) for one plane."""
     if EARLY_RELEASE:
         # Let the stream's next kernel launch now: it waits for this kernel's end, which comes after
         # the lone kernel's (see the end).
@@ -1393,129 +1453,107 @@ def _append_runs_kernel(
     if FRESH_RUNS:
         # The lone kernel writes the fresh runs (a block's entries hold its slots in order from its
         # first), slices per entry: they lead nothing here.
-        fresh_run = (loc % _BLOCK == 0) & (next_loc == loc + 1) & run_only
+        fresh_run = (loc % _BLOCK == 0) & (next_loc == loc + 1) & run_only & _outside_sink_block(own_block)
         candidate = candidate & ~fresh_run
-    records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
-    scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
-    rows = v_ptr + head * v_stride_h                 # + entry * stride_t + value index: a new value
+    records = records_ptr.to(tl.pointer_type(tl.uint8))
+    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+    rows = x_ptr + head * x_stride_h                 # + entry * stride_t + value index: a new value
     # The candidates one at a time: a block's new rows are among the _BLOCK entries from its leader on.
     k = tl.min(tl.where(candidate, index, ENTRIES), axis=0)
     if PRELOAD:
         # A big call's program loads its own _BLOCK rows with its slots: the rows of a leader at its first entry.
         own = first + window
-        x_own = tl.load(rows + own.to(tl.int64)[:, None] * v_stride_t + dim[None, :],
+        x_own = tl.load(rows + own.to(tl.int64)[:, None] * x_stride_t + dim[None, :],
                         mask=(own < n_tokens)[:, None] & (dim < VALUES)[None, :], other=0.0)
-        if k == 0:
-            n = first + k
-            loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
-            block_id = loc_k // _BLOCK
-            page_k = loc_k // PAGE_SIZE
-            first_slot = loc_k % PAGE_SIZE - loc_k % _BLOCK
-            after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
-            member = n + window
-            member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
-            src = rows + member.to(tl.int64)[:, None] * v_stride_t + dim[None, :]
-            ahead = member < n_tokens                                # the program's own rows, preloaded
-            x_ahead = x_own
-            # The block's stored exponents, unless the leader itself starts the block.
-            dim_ok = dim < VALUES
-            sc_addr = scales + page_k * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + first_slot // 32 * SF_X_BLOCK_STRIDE + dim * SF_X_DIM_STRIDE
-            stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - 127
-            before = n - _BLOCK + window
-            before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
-            # A run start leads unless an earlier entry of the _BLOCK before it lands in the same block.
-            if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
-                # A whole fresh block (the _BLOCK entries from the leader are its slots in order, as in most of a
-                # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
-                whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == _BLOCK) & (loc_k % _BLOCK == 0)
-                if whole:
-                    x = _convert(x_ahead, tl.float32)
-                    exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
-                    block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
-                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
-                else:
-                    hit = _block_of(member_loc, num_slots) == block_id
-                    hit_ok = hit[:, None] & dim_ok[None, :]
-                    x = _convert(tl.where(hit_ok, x_ahead, 0.0), tl.float32)       # rows past the call's end are no hits: all are preloaded
-                    member_in_block = tl.where(hit, member_loc % _BLOCK, -1).to(tl.int32)   # each entry's slot in the block
-                    # A block whose first slot is written now starts over: stored exponents and other slots are stale.
-                    fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
-                    in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
-                    exponent_old = tl.where(in_use, stored, -127)
-                    exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
-                    member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                    tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
-                    tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
-                    if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
-                        # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
-                        for r in range(0, _BLOCK, RESCALE_ROWS):
-                            part = r + tl.arange(0, RESCALE_ROWS)
-                            kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
-                            kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                            _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
-            k = after
-    while k < ENTRIES:
-        n = first + k
-        loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
-        block_id = loc_k // _BLOCK
-        page_k = loc_k // PAGE_SIZE
-        first_slot = loc_k % PAGE_SIZE - loc_k % _BLOCK
-        after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
-        member = n + window
-        member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
-        src = rows + member.to(tl.int64)[:, None] * v_stride_t + dim[None, :]
-        # Every load at once, before the leader check: the rows of the run that starts here (its entries
-        # up to the next candidate; to the window's end past this program's entries) need not wait for
-        # the slots (other rows of the block join in block_body).
-        ahead = (window < tl.where(after < ENTRIES, after - k, _BLOCK)) & (member < n_tokens)
-        x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
-        # The block's stored exponents, unless the leader itself starts the block.
-        dim_ok = dim < VALUES
-        sc_addr = scales + page_k * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + first_slot // 32 * SF_X_BLOCK_STRIDE + dim * SF_X_DIM_STRIDE
-        stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - 127
-        before = n - _BLOCK + window
-        before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
-        # A run start leads unless an earlier entry of the _BLOCK before it lands in the same block.
-        if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
-            # A whole fresh block (the _BLOCK entries from the leader are its slots in order, as in most of a
-            # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
-            whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == _BLOCK) & (loc_k % _BLOCK == 0)
-            if whole:
-                x = _convert(x_ahead, tl.float32)
-                exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
-                block_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + window)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
-                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
-            else:
-                hit = _block_of(member_loc, num_slots) == block_id
-                hit_ok = hit[:, None] & dim_ok[None, :]
-                x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
-                x = _convert(tl.where(hit_ok, x, 0.0), tl.float32)
-                member_in_block = tl.where(hit, member_loc % _BLOCK, -1).to(tl.int32)   # each entry's slot in the block
-                # A block whose first slot is written now starts over: stored exponents and other slots are stale.
-                fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
-                in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
-                exponent_old = tl.where(in_use, stored, -127)
-                exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
-                member_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (member_loc % PAGE_SIZE)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
-                tl.store(sc_addr, (exponent + 127).to(tl.uint8), mask=dim_ok)
-                if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
-                    # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
-                    for r in range(0, _BLOCK, RESCALE_ROWS):
-                        part = r + tl.arange(0, RESCALE_ROWS)
-                        kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
-                        kept_row = page_k * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + (first_slot + part)[:, None] * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE + dim[None, :]
-                        _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
-        k = after
 
+        if k == 0:
+            k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
+                            loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, True,
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+    while k < ENTRIES:
+        k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, 0, records, scales,
+                        loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, False,
+                        PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
 
     if PDL & (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
         # Launched early (programmatic dependent launch): the grid ends after the lone kernel, so later
         # work sees both. One program waiting is enough (a grid ends with its last program); the
         # others end now and free their SM slots for the next kernel's programs.
         tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
+def _append_lone_kernel(
+    v_ptr, v_stride_t, v_stride_h,
+    loc_ptr, n_tokens, num_slots,
+    v_cache_ptr, v_sf_ptr,
+    HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
+    FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
+    PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
+    WORD: tl.constexpr,
+    WORD_RESCALE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
+    X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
+    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
+):
+    """The entries alone in their _BLOCK-slot block (none of the _BLOCK - 1 entries before or after lands in
+    it: every row of a decode step): one entry, one plane, HEAD_TILE heads and COLUMNS value indices
+    per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
+    in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
+    fresh block, first slot written, starts over); where one grew, the block's other slots are
+    rescaled. FRESH_RUNS (calls of one entry per program): the entries of a fresh run (a block's
+    entries are consecutive and hold its slots in order from the first: a prefill's blocks, whole or
+    a sequence's last) write it together, the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value
+    indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
+    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone);
+    in a run of at most SHORT_RUN rows each entry writes its own row instead, from the exponents of all
+    the run's rows, SHORT_HEADS of the tile's heads at a time (fewer registers than the whole tile).
+    _append_runs_kernel does every other entry's block. WORD > 0: the
+    stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
+    rescale works on 32-bit words of codes (see _word_rescale).
+    """
+    _append_lone_program(
+        v_ptr, v_stride_t, v_stride_h, loc_ptr, n_tokens, num_slots, v_cache_ptr, v_sf_ptr,
+        HEAD_TILE, HEAD_TILES, CHUNKS, COLUMNS, FRESH_RUNS, SLICE, SHORT_RUN, SHORT_HEADS, PDL, RELEASE_RUNS,
+        WORD, WORD_RESCALE, PAGE_SIZE, HEADS, VALUES,
+        CACHE_PAGE_BYTES, CACHE_RECORDS_OFFSET, CACHE_RECORDS_SLOT_STRIDE, CACHE_RECORDS_HEAD_STRIDE,
+        SF_PAGE_BYTES, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
+
+
+@triton.jit
+def _append_runs_kernel(
+    v_ptr, v_stride_t, v_stride_h,
+    loc_ptr, n_tokens, num_slots,
+    v_cache_ptr, v_sf_ptr,
+    ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr, FRESH_RUNS: tl.constexpr,
+    PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
+    X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
+    CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
+    SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
+    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
+):
+    """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
+    COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
+    PRELOAD (big calls, prefill-like): each program's first _BLOCK rows load before its slots arrive.
+    FRESH_RUNS: the lone kernel writes the fresh runs (see there); they are skipped here.
+
+    An entry leads its _BLOCK-slot block when none of the _BLOCK entries before it lands in the same
+    block (a block's entries must lie within _BLOCK consecutive entries, as with per-sequence
+    contiguous slots); only run starts (the entry before lands elsewhere) can lead. A leader merges
+    its block's new exponents with the stored ones, writes the new codes and exponents and rescales
+    the kept codes where an exponent grew; other entries do nothing. A whole fresh block (the _BLOCK
+    entries from its leader are its slots in order, as in most of a prefill) skips the merge.
+    """
+    _append_runs_program(
+        v_ptr, v_stride_t, v_stride_h, loc_ptr, n_tokens, num_slots, v_cache_ptr, v_sf_ptr,
+        ENTRIES, COLUMNS, RESCALE_ROWS, PRELOAD, FRESH_RUNS, PDL, EARLY_RELEASE, PAGE_SIZE, HEADS, VALUES,
+        CACHE_PAGE_BYTES, CACHE_RECORDS_OFFSET, CACHE_RECORDS_SLOT_STRIDE, CACHE_RECORDS_HEAD_STRIDE,
+        SF_PAGE_BYTES, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
 
 
 # Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).

@@ -20,7 +20,9 @@ _SINK_SLOT = tl.constexpr(-1)
 _EXPONENT_LO = tl.constexpr(-127)
 _F32_BIAS = tl.constexpr(127)
 _F32_MANTISSA_BITS = tl.constexpr(23)
+_UE8M0_BIAS = tl.constexpr(127)
 _encode_codes = _decode_codes = _block_exponent = _convert = _magnitude_bits = _exp2i = _rescale_words = None
+_wait_for_previous = _ue8m0_word_bytes = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
 
@@ -232,3 +234,328 @@ def _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written,
     tl.store(row5, _rescale_words(old5, factor_lo, factor_hi, merge), mask=keep5)
     tl.store(row6, _rescale_words(old6, factor_lo, factor_hi, merge), mask=keep6)
     tl.store(row7, _rescale_words(old7, factor_lo, factor_hi, merge), mask=keep7)
+
+
+# --- the two append kernels' programs --------------------------------------------------------------
+# Each generated kernel passes its plane's tensors and its geometry under these names: a record's
+# bytes at page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE,
+# a block's exponent byte at page * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE +
+# block * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE (the model's strides; append layouts split no
+# coordinate).
+
+
+@triton.jit
+def _outside_sink_block(block):
+    """Whether `block` is not the sink slot's block (always, without a sink)."""
+    if _SINK_SLOT >= 0:
+        return block != _SINK_SLOT // _BLOCK
+    else:
+        return True
+
+
+@triton.jit
+def _append_lone_program(
+        x_ptr, x_stride_t, x_stride_h, loc_ptr, n_tokens, num_slots, records_ptr, scales_ptr,
+        HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
+        FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
+        PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        SC_DIM_STRIDE: tl.constexpr):
+    """One program of _append_lone_kernel (see its docstring) for one plane: the source rows x
+    (x_stride_t, x_stride_h elements apart), the plane's records and scale bytes."""
+    _wait_for_previous(PDL, False)     # its dependent is the runs kernel: let launch below (RELEASE_RUNS)
+    if RELEASE_RUNS & (CHUNKS == 1):
+        # Calls of one entry per program: let the runs kernel launch now, in every program (it reads
+        # nothing this kernel writes: their blocks are disjoint). While some program ends without
+        # this, it launched only at this kernel's end (H200: a 2048-token prefill 4.44 -> 4.21 us).
+        tl.extra.cuda.gdc_launch_dependents()
+    tile_head = tl.program_id(1) % HEAD_TILES * HEAD_TILE      # the program's first head
+    head = tile_head + tl.arange(0, HEAD_TILE)
+    dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
+    if (HEADS % HEAD_TILE == 0) & (VALUES % COLUMNS == 0):
+        ok = tl.full((HEAD_TILE, COLUMNS), 1, tl.int1)      # whole tiles: no masks
+    else:
+        ok = (head < HEADS)[:, None] & (dim < VALUES)[None, :]
+    window = tl.arange(0, _BLOCK)
+    start = tl.program_id(0) * CHUNKS
+    stop = tl.minimum(start + CHUNKS, n_tokens)
+    if CHUNKS > 1:
+        # Only an entry whose neighbours land in other blocks can be alone: most of a prefill's
+        # programs stop here; the entries that may be alone go in turn.
+        scanned = start + tl.arange(0, CHUNKS)
+        maybe = _maybe_alone(loc_ptr, scanned, n_tokens, num_slots)
+        entry = tl.min(tl.where(maybe, scanned, stop), axis=0)
+    else:
+        entry = start
+    while entry < stop:
+        loc = tl.load(loc_ptr + entry).to(tl.int64)
+        # Alone: a slot the call writes, and none of the _BLOCK - 1 entries before or after lands in its block.
+        before = entry - 1 - window
+        after = entry + 1 + window
+        before_loc = tl.load(loc_ptr + before, mask=(window < _BLOCK - 1) & (before >= 0), other=-1)
+        after_loc = tl.load(loc_ptr + after, mask=(window < _BLOCK - 1) & (after < n_tokens), other=-1)
+        shared = _same_block(before_loc, loc, num_slots) | _same_block(after_loc, loc, num_slots)
+        if _slot_written(loc, num_slots) & (tl.max(shared.to(tl.int32), axis=0) == 0):
+            if RELEASE_RUNS & (CHUNKS > 1):
+                # A big call's programs let the runs kernel launch at their first lone entry (a call with
+                # none, a prefill, launches it at its end).
+                tl.extra.cuda.gdc_launch_dependents()
+            page = loc // PAGE_SIZE
+            slot = loc % PAGE_SIZE
+            block = slot // _BLOCK
+            fresh = slot % _BLOCK == 0
+            records = records_ptr.to(tl.pointer_type(tl.uint8))
+            scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+            # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
+            x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + head[:, None] * x_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
+            sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+            if WORD > 0:
+                # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
+                stored = _ue8m0_word_bytes(scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
+            else:
+                stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
+            # A fresh block (its first slot written now) starts over from the smallest exponent.
+            if _EXPONENT_LO + _UE8M0_BIAS == 0:
+                byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
+            else:
+                byte_old = tl.where(fresh, _EXPONENT_LO + _UE8M0_BIAS, stored)
+            byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + _UE8M0_BIAS)
+            new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+            tl.store(records + new_row, _encode_codes(x * _multiplier(byte - _UE8M0_BIAS)), mask=ok)
+            grown = (byte > byte_old) & ok
+            if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
+                # Only the exponents that grew are written (a fresh block's all); when none did, the byte
+                # stores (and the layout conversion they need) are skipped.
+                tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
+                if ~fresh:
+                    if WORD_RESCALE:
+                        # The block's other slots are rescaled where an exponent grew, 8 slots at a time, as 32-bit
+                        # words of 4 codes (inline PTX, see _rescale_words).
+                        factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
+                        word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
+                        words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
+                        written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
+                        words = records.to(tl.pointer_type(tl.int32))
+                        for r in range(0, _BLOCK, 8):
+                            row0 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row1 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row2 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row3 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row4 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row5 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row6 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            row7 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+                            _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
+                    else:
+                        # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
+                        factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
+                        written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
+                        for r in range(0, _BLOCK, 4):
+                            row0 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            row1 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            row2 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            row3 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                            _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
+
+        elif FRESH_RUNS:
+            run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
+            # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
+            # part + run, ... of the program's tile, each SLICE value indices of one head, all the run's rows.
+            part = loc % _BLOCK
+            if _slot_written(loc, num_slots) & (run > 0) & (run <= SHORT_RUN) & _outside_sink_block(loc // _BLOCK):
+                # A short run (at most SHORT_RUN rows: dealt out, its slices would take several rounds): each
+                # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
+                page = loc // PAGE_SIZE
+                slot = loc % PAGE_SIZE
+                block = slot // _BLOCK
+                records = records_ptr.to(tl.pointer_type(tl.uint8))
+                scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+                # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
+                for first_head in tl.static_range(0, HEAD_TILE, SHORT_HEADS):
+                    part_head = tile_head + first_head + tl.arange(0, SHORT_HEADS)
+                    part_ok = (part_head < HEADS)[:, None] & (dim < VALUES)[None, :]
+                    # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
+                    offsets = part_head[:, None] * x_stride_h + dim[None, :]
+                    exponent = _fresh_exponents(_rows_magnitude(x_ptr + (entry - part).to(tl.int64) * x_stride_t, offsets, x_stride_t, part_ok, run, SHORT_RUN))
+                    x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
+                    new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+                    tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
+                    if part == 0:
+                        # The run's first entry writes the exponents.
+                        sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+                        tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=part_ok)
+
+            elif _slot_written(loc, num_slots) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)) & _outside_sink_block(loc // _BLOCK):
+                page = loc // PAGE_SIZE
+                slot = loc % PAGE_SIZE
+                block = slot // _BLOCK
+                piece = part
+                while piece < HEAD_TILE * (COLUMNS // SLICE):
+                    slice_head = tile_head + piece // (COLUMNS // SLICE)
+                    slice_dim = tl.program_id(2) * COLUMNS + piece % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
+                    slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
+                    records = records_ptr.to(tl.pointer_type(tl.uint8))
+                    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+                    # The slice of the run's rows (its entries, from the block's first), one vector each: see _slice_rows.
+                    first_row = x_ptr + (entry - part).to(tl.int64) * x_stride_t + slice_head * x_stride_h + slice_dim
+                    values, magnitude = _slice_rows(first_row, x_stride_t, slice_ok, run, _BLOCK)
+                    exponent = _fresh_exponents(magnitude)
+                    multiplier = _multiplier(exponent)
+                    for i in tl.static_range(_BLOCK):
+                        block_row = page * REC_PAGE_BYTES + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
+                        tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
+                    sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
+                    tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=slice_ok)
+
+                    piece += run
+        if CHUNKS > 1:
+            entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
+        else:
+            entry = stop
+
+
+@triton.jit
+def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
+                loc_ptr, n_tokens, num_slots, ENTRIES: tl.constexpr, RESCALE_ROWS: tl.constexpr,
+                PRELOADED: tl.constexpr, PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        SC_DIM_STRIDE: tl.constexpr):
+    """The runs kernel's candidate at window entry k: if it leads its block (no earlier entry of the
+    _BLOCK before it lands there), merge the block's new rows with its stored exponents, write them
+    and rescale the kept slots where an exponent grew (a whole fresh block: written at once).
+    PRELOADED: the program's own rows are x_own (a big call's first leader). Returns the next
+    candidate's entry."""
+    n = first + k
+    loc_k = tl.sum(tl.where(index == k, loc, 0), axis=0)
+    block_id = loc_k // _BLOCK
+    page_k = loc_k // PAGE_SIZE
+    first_slot = loc_k % PAGE_SIZE - loc_k % _BLOCK
+    after = tl.min(tl.where(candidate & (index > k), index, ENTRIES), axis=0)
+    member = n + window
+    member_loc = tl.load(loc_ptr + member, mask=member < n_tokens, other=-1).to(tl.int64)
+    src = rows + member.to(tl.int64)[:, None] * x_stride_t + dim[None, :]
+    if PRELOADED:
+        ahead = member < n_tokens                                # the program's own rows, preloaded
+        x_ahead = x_own
+    else:
+        # Every load at once, before the leader check: the rows of the run that starts here (its entries
+        # up to the next candidate; to the window's end past this program's entries) need not wait for
+        # the slots (other rows of the block join in block_body).
+        ahead = (window < tl.where(after < ENTRIES, after - k, _BLOCK)) & (member < n_tokens)
+        x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
+    # The block's stored exponents, unless the leader itself starts the block.
+    dim_ok = dim < VALUES
+    sc_addr = scales + page_k * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE + first_slot // _BLOCK * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE
+    stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - _UE8M0_BIAS
+    before = n - _BLOCK + window
+    before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
+    # A run start leads unless an earlier entry of the _BLOCK before it lands in the same block.
+    if tl.max((before_block == block_id).to(tl.int32), axis=0) == 0:
+        # A whole fresh block (the _BLOCK entries from the leader are its slots in order, as in most of a
+        # prefill): its rows are all loaded ahead and nothing is merged or rescaled, so no masks per row.
+        whole = (tl.sum((member_loc == loc_k + window).to(tl.int32), axis=0) == _BLOCK) & (loc_k % _BLOCK == 0) & _outside_sink_block(block_id)
+        if whole:
+            x = _convert(x_ahead, tl.float32)
+            exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
+            block_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + window)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
+            tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
+        else:
+            hit = _block_of(member_loc, num_slots) == block_id
+            hit_ok = hit[:, None] & dim_ok[None, :]
+            if PRELOADED:
+                x = _convert(tl.where(hit_ok, x_ahead, 0.0), tl.float32)       # rows past the call's end are no hits: all are preloaded
+            else:
+                x = tl.load(src, mask=hit_ok & ~ahead[:, None], other=x_ahead)     # the rows not loaded ahead
+                x = _convert(tl.where(hit_ok, x, 0.0), tl.float32)
+            member_in_block = tl.where(hit, member_loc % _BLOCK, -1).to(tl.int32)   # each entry's slot in the block
+            # A block whose first slot is written now starts over: stored exponents and other slots are stale.
+            fresh = tl.max((member_in_block == 0).to(tl.int32), axis=0)
+            in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
+            exponent_old = tl.where(in_use, stored, _EXPONENT_LO)
+            exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
+            member_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (member_loc % PAGE_SIZE)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
+            tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
+            if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
+                # The block's kept slots (the ones not written now), RESCALE_ROWS at a time.
+                for r in range(0, _BLOCK, RESCALE_ROWS):
+                    part = r + tl.arange(0, RESCALE_ROWS)
+                    kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
+                    kept_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + part)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+                    _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
+
+    return after
+
+
+@triton.jit
+def _append_runs_program(
+        x_ptr, x_stride_t, x_stride_h, loc_ptr, n_tokens, num_slots, records_ptr, scales_ptr,
+        ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr,
+        FRESH_RUNS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        SC_DIM_STRIDE: tl.constexpr):
+    """One program of _append_runs_kernel (see its docstring) for one plane."""
+    if EARLY_RELEASE:
+        # Let the stream's next kernel launch now: it waits for this kernel's end, which comes after
+        # the lone kernel's (see the end).
+        tl.extra.cuda.gdc_launch_dependents()
+    head = tl.program_id(1) % HEADS
+    first = tl.program_id(0) * ENTRIES
+    dim = tl.program_id(2) * COLUMNS + tl.arange(0, COLUMNS)
+    window = tl.arange(0, _BLOCK)
+    index = tl.arange(0, ENTRIES)
+    entry = first + index
+    loc = tl.load(loc_ptr + entry, mask=entry < n_tokens, other=-1).to(tl.int64)
+    own_block = _block_of(loc, num_slots)
+    previous = _block_of(tl.load(loc_ptr + entry - 1, mask=(entry >= 1) & (entry <= n_tokens), other=-1), num_slots)
+    next_loc = tl.load(loc_ptr + entry + 1, mask=entry + 1 < n_tokens, other=-1)
+    following = _block_of(next_loc, num_slots)
+    # Candidates: run starts (the entry before lands elsewhere) with a later entry in their block (the
+    # next one, or for a run of one entry one of the _BLOCK - 2 after it); the others are alone or led.
+    run_start = (own_block >= 0) & (previous != own_block)
+    if PRELOAD:
+        # A big call (prefill-like) reads the later entries only where a run of one entry needs them.
+        later = tl.zeros_like(entry) != 0
+        if tl.max((run_start & (following != own_block)).to(tl.int32), axis=0) > 0:
+            later, _ = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)
+    else:
+        later, run_only = _later_member(loc_ptr, entry, loc, n_tokens, num_slots)     # with the slots: no second round trip
+    candidate = run_start & ((following == own_block) | later)
+    if FRESH_RUNS:
+        # The lone kernel writes the fresh runs (a block's entries hold its slots in order from its
+        # first), slices per entry: they lead nothing here.
+        fresh_run = (loc % _BLOCK == 0) & (next_loc == loc + 1) & run_only & _outside_sink_block(own_block)
+        candidate = candidate & ~fresh_run
+    records = records_ptr.to(tl.pointer_type(tl.uint8))
+    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+    rows = x_ptr + head * x_stride_h                 # + entry * stride_t + value index: a new value
+    # The candidates one at a time: a block's new rows are among the _BLOCK entries from its leader on.
+    k = tl.min(tl.where(candidate, index, ENTRIES), axis=0)
+    if PRELOAD:
+        # A big call's program loads its own _BLOCK rows with its slots: the rows of a leader at its first entry.
+        own = first + window
+        x_own = tl.load(rows + own.to(tl.int64)[:, None] * x_stride_t + dim[None, :],
+                        mask=(own < n_tokens)[:, None] & (dim < VALUES)[None, :], other=0.0)
+
+        if k == 0:
+            k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
+                            loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, True,
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+    while k < ENTRIES:
+        k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, 0, records, scales,
+                        loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, False,
+                        PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+
+    if PDL & (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+        # Launched early (programmatic dependent launch): the grid ends after the lone kernel, so later
+        # work sees both. One program waiting is enough (a grid ends with its last program); the
+        # others end now and free their SM slots for the next kernel's programs.
+        tl.extra.cuda.gdc_wait()
