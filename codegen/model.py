@@ -268,6 +268,23 @@ class Layout:
                     aligned=[where.buffer.page_bytes_name, where.region.offset_name] + others)
 
     @property
+    def word_scales_fact(self) -> tuple | None:
+        """word_scales as the generated module's _WORD_SCALES: (slots per block, block stride name, dim
+        stride name, Cache field indices of each plane's scales, names of the geometry that must be
+        multiples of the word); None without such a group."""
+        words = self.word_scales
+        if words is None:
+            return None
+        index = self.scales_of(words["group"].name).index
+        fields = tuple(i * len(self.buffers) + index for i in range(len(self.planes)))
+        return (words["group"].size, words["block"], words["dim"], fields, tuple(words["aligned"]))
+
+    @property
+    def record_fields(self) -> tuple:
+        """The index in the Cache tuple of each plane's records tensor."""
+        return tuple(i * len(self.buffers) + self.records.index for i in range(len(self.planes)))
+
+    @property
     def record_word_aligned(self) -> list:
         """Geometry names that must be multiples of 4 for 32-bit word access to records: the records
         buffer's page bytes, the region's offset and its strides."""
@@ -351,6 +368,8 @@ class Layout:
             need.add("store_checks")
         if "append" in ops and self.quantized_segments[0].element.f16_pair:
             need.add("word_rescale")
+        if self.word_scales is not None:
+            need.add("word_scales")
         if ops - {"append"}:
             need.add("launch_shape")
         if any(contains(e, RoundUp) for _, e in self.geometry) or any(contains(e, RoundUp) for b in self.buffers for e in b.shape):

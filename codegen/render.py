@@ -67,7 +67,7 @@ def _env() -> jinja2.Environment:
 RUNTIME_OPTIONAL = {
     "checks": {"_round_up": "round_up", "_prepare_store": "store_checks", "_check_rows": "store_checks",
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
-               "_lane_group": "lane_group"},
+               "_lane_group": "lane_group", "_scale_word_bytes": "word_scales"},
     "host": {"_check_distinct_elements": "out_checks"},
     "segments": {"_quantize_segment": "quantize_segments", "_dequantize_segment": "dequantize_segments",
                  "_store_raw_segment": "store_raw", "_load_raw_segment": "load_raw"},
@@ -81,6 +81,7 @@ RUNTIME_OPTIONAL = {
                      "_ref_decode": "decode", "_ref_cast": "cast"},
     "reset": {},
     "append": {"_word_factors": "word_rescale", "_rescale_word_slots": "word_rescale"},
+    "append_host": {},
 }
 
 

@@ -69,6 +69,9 @@ _RECORDS_FIELD = "cache.k_cache"
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_FIELD[len("cache."):])
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES', 'SF_PAGE_BYTES', 'CACHE_PAGE_BYTES', 'SF_PAGE_BYTES')
+# Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
+# dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
+_WORD_SCALES = None
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
 _CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
 _STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES

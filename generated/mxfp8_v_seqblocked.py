@@ -63,6 +63,9 @@ _RECORDS_FIELD = "cache.v_cache"
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_FIELD[len("cache."):])
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES', 'SF_PAGE_BYTES')
+# Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
+# dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
+_WORD_SCALES = (32, 'SF_X_BLOCK_STRIDE', 'SF_X_DIM_STRIDE', (1,), ('SF_PAGE_BYTES', 'SF_X_OFFSET', 'SF_X_HEAD_STRIDE'))
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
 _CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
 _STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES
@@ -306,6 +309,19 @@ def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     knobs = LAUNCH[op]
     on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
+
+
+def _scale_word_bytes(cache, geo: dict, page_size: int) -> int:
+    """Scale bytes per value index and page when they are adjacent (block fastest) and fit an aligned
+    2-, 4- or 8-byte word, so a reader loads one word per value index instead of one byte; else 0
+    (token-group scales, _WORD_SCALES)."""
+    tokens, block, dim, fields, aligned = _WORD_SCALES
+    blocks = page_size // tokens
+    if blocks not in (2, 4, 8) or geo[block] != 1 or geo[dim] != blocks:
+        return 0
+    # Every word must be aligned to its size: the buffers, their pages, the region and its other strides.
+    starts = [cache[i].data_ptr() for i in fields] + [geo[name] for name in aligned]
+    return blocks if all(n % blocks == 0 for n in starts) else 0
 
 
 def _cache_dims(cache) -> tuple:
@@ -552,17 +568,6 @@ def _remember(plans: dict, key, plan) -> None:
 
 
 _MAX_PLANS = 256
-
-
-def _scale_word_bytes(cache: Cache, geo: dict, page_size: int) -> int:
-    """Scale bytes per value index and page when they are adjacent (block fastest) and fit an aligned
-    2-, 4- or 8-byte word, so a reader loads one word per value index instead of one byte; else 0."""
-    blocks = page_size // 32
-    if blocks not in (2, 4, 8) or geo["SF_X_BLOCK_STRIDE"] != 1 or geo["SF_X_DIM_STRIDE"] != blocks:
-        return 0
-    # Every word must be aligned to its size: the buffers, their pages, the region and its other strides.
-    starts = [cache.v_sf.data_ptr(), geo["SF_PAGE_BYTES"], geo["SF_X_OFFSET"], geo["SF_X_HEAD_STRIDE"]]
-    return blocks if all(n % blocks == 0 for n in starts) else 0
 
 
 @functools.lru_cache(maxsize=256)
@@ -1492,8 +1497,7 @@ def _append_lone_kernel(
     HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
     FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
     PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr,
-    WORD: tl.constexpr,
-    WORD_RESCALE: tl.constexpr,
+    WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
@@ -1556,37 +1560,10 @@ def _append_runs_kernel(
         SF_PAGE_BYTES, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
 
 
-# Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
-_RESCALE_ROWS = 16
-# Fresh runs of at most this many rows are written a row per entry (each loading all the run's rows), not as
-# slices dealt out to the run's entries, r slices a round, one round trip after another (H200, 2048-token
-# batches of 1-300-token sequences: 4.70-4.81 us; 4.89-5.05 with 4 here; 4.63-5.26 without).
-_SHORT_RUN = 8
-# The spec's register cap (lone_registers) was tuned with this Triton minor version; other versions
-# allocate registers differently (Triton 3.9 spills under the same cap), so they launch uncapped.
-_REGISTER_CAPS_TRITON = "3.6"
-_REGISTER_CAPS = ".".join(triton.__version__.split(".")[:2]) == _REGISTER_CAPS_TRITON
-# Threads per warp: a fresh run's slices hold at least one value index per thread of the lone kernel.
-_WARP_THREADS = 32
-
-
-# Set to False to rescale a grown block's rows code by code in Triton everywhere, never as words
-# with inline PTX; the bytes written are the same either way.
-PTX_RESCALE = True
-
-
-def _word_rescale(cache: Cache, geo: dict, device: torch.device) -> bool:
-    """Whether the lone kernel rescales a grown block's rows as 32-bit words of 4 codes with inline
-    PTX (_rescale_words: sm_90 and later, compiled kernels only, never under Triton's interpreter):
-    the record bytes must be word-aligned: buffers, pages, region and strides (a record's, so its
-    value count too)."""
-    if not (PTX_RESCALE and isinstance(_append_lone_kernel, triton.runtime.JITFunction) and device.type == "cuda"
-            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9):
-        return False
-    starts = [cache.v_cache.data_ptr(), geo["CACHE_PAGE_BYTES"], geo["CACHE_RECORDS_OFFSET"], geo["CACHE_RECORDS_SLOT_STRIDE"], geo["CACHE_RECORDS_HEAD_STRIDE"]]
-    return all(n % 4 == 0 for n in starts)
-
-
+# The layout's facts for the host side of the append (codegen/runtime/append_host.py).
+_WORD_RESCALE_CODES = True     # its codes take the inline-PTX word rescale
+_RECORD_FIELDS = (0,)             # the Cache fields holding records
+_RECORD_WORD_ALIGNED = ('CACHE_PAGE_BYTES', 'CACHE_RECORDS_OFFSET', 'CACHE_RECORDS_SLOT_STRIDE', 'CACHE_RECORDS_HEAD_STRIDE')
 def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
            pdl: bool | None = None) -> None:
     """Append rows to the seq-blocked cache, one ue8m0 exponent per 32-slot block, head and value index.
@@ -1624,6 +1601,46 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     _remember(_PLANS["append"], key, plan)
 
 
+# Slots the runs kernel's rescale of a block takes at a time (more: fewer round trips, more registers).
+_RESCALE_ROWS = 16
+
+
+# Fresh runs of at most this many rows are written a row per entry (each loading all the run's rows), not as
+# slices dealt out to the run's entries, r slices a round, one round trip after another (H200, 2048-token
+# batches of 1-300-token sequences: 4.70-4.81 us; 4.89-5.05 with 4 here; 4.63-5.26 without).
+_SHORT_RUN = 8
+
+
+# The spec's register cap (lone_registers) was tuned with this Triton minor version; other versions
+# allocate registers differently (Triton 3.9 spills under the same cap), so they launch uncapped.
+_REGISTER_CAPS_TRITON = "3.6"
+
+
+_REGISTER_CAPS = ".".join(triton.__version__.split(".")[:2]) == _REGISTER_CAPS_TRITON
+
+
+# Threads per warp: a fresh run's slices hold at least one value index per thread of the lone kernel.
+_WARP_THREADS = 32
+
+
+# Set to False to rescale a grown block's rows code by code in Triton everywhere, never as words
+# with inline PTX; the bytes written are the same either way.
+PTX_RESCALE = True
+
+
+def _word_rescale(cache, geo: dict, device: torch.device) -> bool:
+    """Whether the lone kernel rescales a grown block's rows as 32-bit words of 4 codes with inline
+    PTX (_rescale_words: e4m3fn codes, sm_90 and later, compiled kernels only, never under Triton's
+    interpreter): the record bytes must be word-aligned: buffers, pages, region and strides (a
+    record's, so its value count too)."""
+    if not (_WORD_RESCALE_CODES and PTX_RESCALE and isinstance(_append_lone_kernel, triton.runtime.JITFunction)
+            and device.type == "cuda"
+            and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9):
+        return False
+    starts = [cache[i].data_ptr() for i in _RECORD_FIELDS] + [geo[name] for name in _RECORD_WORD_ALIGNED]
+    return all(n % 4 == 0 for n in starts)
+
+
 def _append_launches(srcs: tuple, loc, cache, page_size: int, geo: dict, num_pages: int, pdl, plan, tensors: tuple) -> None:
     """append's two launches for checked arguments (recorded into `plan` when it is not None)."""
     n_tokens, heads, values = srcs[0].shape
@@ -1639,7 +1656,7 @@ def _append_launches(srcs: tuple, loc, cache, page_size: int, geo: dict, num_pag
     chain = _chain("append", loc.device, pdl)        # the lone kernel one of the stream's previous kernel
     # One entry per program (a decode step's): capped registers fit more programs on an SM at once.
     lone_cap = {"maxnreg": knobs["lone_registers"]} if chunks == 1 and knobs["lone_registers"] and _REGISTER_CAPS else {}
-    # ... and then write fresh runs too, slices of each tile dealt out to a run's entries (up to 32 slices, each
+    # ... and then write fresh runs too, slices of each tile dealt out to a run's entries (up to a block of slices, each
     # within one head and at least a value index per thread: a slice the program's warps shared each would load).
     fresh_runs = knobs["lone_fresh_runs"] and chunks == 1
     slice_values = min(columns, max(head_tile * columns // SCALE_GROUP_TOKENS, _WARP_THREADS * knobs["lone_warps"]))

@@ -109,7 +109,8 @@ def calls_for(m, heads, values, page):
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
         # and both kernels as a GPU of sm_90 runs them: the runs kernel a programmatic dependent launch,
         # the lone kernel's rescale on words of codes where the layout has it
-        forced = {name: lambda *args: True for name in ("_dependent_launch", "_word_rescale") if hasattr(m, name)}
+        forced = {name: lambda *args: True for name in ("_dependent_launch", "_word_rescale")
+                  if name != "_word_rescale" or m._WORD_RESCALE_CODES}
         saved = {name: getattr(m, name) for name in forced}
         try:
             for name, fn in forced.items():

@@ -62,7 +62,7 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
     """codegen/runtime/<file> below its COPY marker is in every module as it is (reviewed once there),
     less the optional helpers the layout does not need, and the module imports what it imports."""
     from codegen import render
-    if runtime == "append" and "append" not in layout(name).ops:
+    if runtime in ("append", "append_host") and "append" not in layout(name).ops:
         pytest.skip("the append building blocks go only into layouts with an append")
     body = render.runtime_source(runtime, layout(name))
     module = GENERATED[f"generated/{name}.py"]

@@ -24,6 +24,7 @@ Cache = tuple
 _PLANS: dict = {}
 _RECORDS_FIELD, _RECORDS_INDEX = "cache.stand_in", 0
 _PAGE_BYTES_NAMES: tuple = ()
+_WORD_SCALES: tuple | None = None
 _STORE_NAMES: tuple = ()
 _STORE_WRITTEN: tuple = ()
 _geometry = _index = _cache_dims = _check_apart = _wait_for_previous = None
@@ -218,3 +219,16 @@ def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     knobs = LAUNCH[op]
     on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
+
+
+def _scale_word_bytes(cache, geo: dict, page_size: int) -> int:
+    """Scale bytes per value index and page when they are adjacent (block fastest) and fit an aligned
+    2-, 4- or 8-byte word, so a reader loads one word per value index instead of one byte; else 0
+    (token-group scales, _WORD_SCALES)."""
+    tokens, block, dim, fields, aligned = _WORD_SCALES
+    blocks = page_size // tokens
+    if blocks not in (2, 4, 8) or geo[block] != 1 or geo[dim] != blocks:
+        return 0
+    # Every word must be aligned to its size: the buffers, their pages, the region and its other strides.
+    starts = [cache[i].data_ptr() for i in fields] + [geo[name] for name in aligned]
+    return blocks if all(n % blocks == 0 for n in starts) else 0
