@@ -50,6 +50,12 @@ class ScaleGroup:
         return self.terms.exponent(FP32_MAX_BITS, self.element.fmax_exponent) > self.exponent_hi
 
     @property
+    def carry_bias(self) -> int:
+        """With a one-term rule (RuleTerms.carry): what the exponent field of amax's bits plus the
+        carry addend is reduced by, besides fp32's bias, to give e."""
+        return self.element.fmax_exponent - self.terms.carry[1]
+
+    @property
     def walk(self) -> str:
         """The coordinate a segment helper steps through: one scale per tile, or per value index."""
         return "scale" if self.kind == "values" else "dim"
@@ -91,6 +97,16 @@ class Segment:
     @property
     def quantized(self) -> bool:
         return self.element is not None
+
+    @property
+    def byte_end(self) -> Expr:
+        """The record byte after the segment."""
+        return self.byte_offset + self.nbytes
+
+    @property
+    def value_end(self) -> Expr:
+        """The value index after the segment."""
+        return self.value_offset + self.values
 
     @property
     def lanes(self) -> int:
@@ -249,10 +265,6 @@ class Layout:
 
     def scales_of(self, group: str) -> Placement:
         return self.placement(group)
-
-    def sink_block(self, group: ScaleGroup) -> int | None:
-        """The block of `group.size` slots that holds the sink slot (token groups); None without a sink."""
-        return None if self.sink is None else self.sink // group.size
 
     @property
     def word_scales(self) -> dict | None:

@@ -1425,7 +1425,7 @@ def _ref_x_store(flat: torch.Tensor, addr: torch.Tensor, exponent: torch.Tensor)
 def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
     """Read scales at byte addresses `addr` as fp32 (see _x_load)."""
     bits = flat[addr].to(torch.int32) << 23
-    bits = torch.where(bits == 0, 1 << 22, bits)
+    bits = torch.where(bits == 0, 0x400000, bits)
     return bits.view(torch.float32)
 
 

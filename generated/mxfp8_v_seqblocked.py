@@ -1191,8 +1191,23 @@ def _append_lone_program(
         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
-    """One program of _append_lone_kernel (see its docstring) for one plane: the source rows x
-    (x_stride_t, x_stride_h elements apart), the plane's records and scale bytes."""
+    """The entries alone in their block (none of the _BLOCK - 1 entries before or after lands in it:
+    every row of a decode step), for one plane: the source rows x (x_stride_t, x_stride_h elements
+    apart), the plane's records and scale bytes. One entry, HEAD_TILE heads and COLUMNS value
+    indices per program, as one [heads, value indices] tile (the lone check is made once for all its
+    heads); in big calls a program scans CHUNKS entries. The new row's exponents merge with the
+    stored ones (a fresh block, first slot written, starts over); where one grew, the block's other
+    slots are rescaled (WORD_RESCALE: as 32-bit words of codes, see _word_rescale). WORD > 0: the
+    stored exponents are read as words of that many bytes (see _scale_word_bytes).
+
+    FRESH_RUNS (calls of one entry per program): the entries of a fresh run (a block's entries are
+    consecutive and hold its slots in order from the first: a prefill's blocks, whole or a
+    sequence's last) write it together, the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value
+    indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
+    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each
+    alone); in a run of at most SHORT_RUN rows each entry writes its own row instead, from the
+    exponents of all the run's rows, SHORT_HEADS of the tile's heads at a time (fewer registers than
+    the whole tile). _append_runs_program does every other entry's block."""
     _wait_for_previous(PDL, False)     # its dependent is the runs kernel: let launch below (RELEASE_RUNS)
     if RELEASE_RUNS & (CHUNKS == 1):
         # Calls of one entry per program: let the runs kernel launch now, in every program (it reads
@@ -1428,7 +1443,17 @@ def _append_runs_program(
         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
-    """One program of _append_runs_kernel (see its docstring) for one plane."""
+    """The blocks with several new rows, for one plane: ENTRIES consecutive loc entries, one head and
+    COLUMNS value indices per program. PRELOAD (big calls, prefill-like): each program's first
+    _BLOCK rows load before its slots arrive. FRESH_RUNS: the lone kernel writes the fresh runs;
+    they are skipped here.
+
+    An entry leads its block when none of the _BLOCK entries before it lands in the same block (a
+    block's entries must lie within _BLOCK consecutive entries, as with per-sequence contiguous
+    slots); only run starts (the entry before lands elsewhere) can lead. A leader merges its block's
+    new exponents with the stored ones, writes the new codes and exponents and rescales the kept
+    codes where an exponent grew (_lead_block); other entries do nothing. A whole fresh block (the
+    _BLOCK entries from its leader are its slots in order, as in most of a prefill) skips the merge."""
     if EARLY_RELEASE:
         # Let the stream's next kernel launch now: it waits for this kernel's end, which comes after
         # the lone kernel's (see the end).
@@ -1504,22 +1529,9 @@ def _append_lone_kernel(
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
     SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
 ):
-    """The entries alone in their _BLOCK-slot block (none of the _BLOCK - 1 entries before or after lands in
-    it: every row of a decode step): one entry, one plane, HEAD_TILE heads and COLUMNS value indices
-    per program, as one [heads, value indices] tile (the lone check is made once for all its heads);
-    in big calls a program scans CHUNKS entries. The new row's exponents merge with the stored ones (a
-    fresh block, first slot written, starts over); where one grew, the block's other slots are
-    rescaled. FRESH_RUNS (calls of one entry per program): the entries of a fresh run (a block's
-    entries are consecutive and hold its slots in order from the first: a prefill's blocks, whole or
-    a sequence's last) write it together, the tile's HEAD_TILE * COLUMNS / SLICE slices (SLICE value
-    indices of one head, all the run's rows) dealt out to the run's entries, so that a prefill's
-    programs share its blocks (otherwise they end at once, and the runs kernel's leaders write each alone);
-    in a run of at most SHORT_RUN rows each entry writes its own row instead, from the exponents of all
-    the run's rows, SHORT_HEADS of the tile's heads at a time (fewer registers than the whole tile).
-    _append_runs_kernel does every other entry's block. WORD > 0: the
-    stored exponents are read as words of that many bytes (see _scale_word_bytes). WORD_RESCALE: the
-    rescale works on 32-bit words of codes (see _word_rescale).
-    """
+    """The entries alone in their 32-slot block (a decode step's rows), and in small calls the fresh
+    runs: one program of _append_lone_program per (entry or CHUNKS entries, plane and HEAD_TILE heads,
+    COLUMNS value indices). See there and docs/design.md."""
     _append_lone_program(
         v_ptr, v_stride_t, v_stride_h, loc_ptr, n_tokens, num_slots, v_cache_ptr, v_sf_ptr,
         HEAD_TILE, HEAD_TILES, CHUNKS, COLUMNS, FRESH_RUNS, SLICE, SHORT_RUN, SHORT_HEADS, PDL, RELEASE_RUNS,
@@ -1541,18 +1553,8 @@ def _append_runs_kernel(
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
     SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
 ):
-    """The blocks with several new rows: ENTRIES consecutive loc entries, one (plane, head) and
-    COLUMNS value indices per program; _append_lone_kernel does the entries alone in their block.
-    PRELOAD (big calls, prefill-like): each program's first _BLOCK rows load before its slots arrive.
-    FRESH_RUNS: the lone kernel writes the fresh runs (see there); they are skipped here.
-
-    An entry leads its _BLOCK-slot block when none of the _BLOCK entries before it lands in the same
-    block (a block's entries must lie within _BLOCK consecutive entries, as with per-sequence
-    contiguous slots); only run starts (the entry before lands elsewhere) can lead. A leader merges
-    its block's new exponents with the stored ones, writes the new codes and exponents and rescales
-    the kept codes where an exponent grew; other entries do nothing. A whole fresh block (the _BLOCK
-    entries from its leader are its slots in order, as in most of a prefill) skips the merge.
-    """
+    """The blocks with several new rows, by their leaders: one program of _append_runs_program per
+    ENTRIES loc entries, plane and head, COLUMNS value indices. See there and docs/design.md."""
     _append_runs_program(
         v_ptr, v_stride_t, v_stride_h, loc_ptr, n_tokens, num_slots, v_cache_ptr, v_sf_ptr,
         ENTRIES, COLUMNS, RESCALE_ROWS, PRELOAD, FRESH_RUNS, PDL, EARLY_RELEASE, PAGE_SIZE, HEADS, VALUES,
@@ -1902,7 +1904,7 @@ def _ref_x_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
 def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
     """Read scales at byte addresses `addr` as fp32 (see _x_load)."""
     bits = flat[addr].to(torch.int32) << 23
-    bits = torch.where(bits == 0, 1 << 22, bits)
+    bits = torch.where(bits == 0, 0x400000, bits)
     return bits.view(torch.float32)
 
 

@@ -110,7 +110,7 @@ def calls_for(m, heads, values, page):
         # and both kernels as a GPU of sm_90 runs them: the runs kernel a programmatic dependent launch,
         # the lone kernel's rescale on words of codes where the layout has it
         forced = {name: lambda *args: True for name in ("_dependent_launch", "_word_rescale")
-                  if name != "_word_rescale" or m._WORD_RESCALE_CODES}
+                  if hasattr(m, name) and (name != "_word_rescale" or getattr(m, "_WORD_RESCALE_CODES", True))}
         saved = {name: getattr(m, name) for name in forced}
         try:
             for name, fn in forced.items():
