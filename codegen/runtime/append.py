@@ -254,6 +254,161 @@ def _outside_sink_block(block):
 
 
 @triton.jit
+def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, head, dim, ok,
+                    HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
+                    PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+                    REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                    SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                    SC_DIM_STRIDE: tl.constexpr):
+    """An entry alone in its block: its row's [heads, value indices] tile merged with the block's stored
+    exponents (a fresh block starts over), written, and the block's other slots rescaled where an
+    exponent grew."""
+    page = loc // PAGE_SIZE
+    slot = loc % PAGE_SIZE
+    block = slot // _BLOCK
+    fresh = slot % _BLOCK == 0
+    records = records_ptr.to(tl.pointer_type(tl.uint8))
+    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+    # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
+    x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + head[:, None] * x_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
+    sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+    if WORD > 0:
+        # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
+        stored = _ue8m0_word_bytes(scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
+    else:
+        stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
+    # A fresh block (its first slot written now) starts over from the smallest exponent.
+    if _EXPONENT_LO + _UE8M0_BIAS == 0:
+        byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
+    else:
+        byte_old = tl.where(fresh, _EXPONENT_LO + _UE8M0_BIAS, stored)
+    byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + _UE8M0_BIAS)
+    new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+    tl.store(records + new_row, _encode_codes(x * _multiplier(byte - _UE8M0_BIAS)), mask=ok)
+    grown = (byte > byte_old) & ok
+    if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
+        # Only the exponents that grew are written (a fresh block's all); when none did, the byte
+        # stores (and the layout conversion they need) are skipped.
+        tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
+        if ~fresh:
+            if WORD_RESCALE:
+                _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_TILE, COLUMNS,
+                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                     SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+            else:
+                _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, grown,
+                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                     SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+
+
+@triton.jit
+def _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr,
+                         PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+                         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                         SC_DIM_STRIDE: tl.constexpr):
+    """The lone row's block: its other slots rescaled where an exponent grew (byte_old -> byte), as
+    32-bit words of 4 codes (inline PTX, see _rescale_words), 8 slots at a time; byte addresses of
+    records, which are word-aligned (checked at launch), shift right by 2 to index words."""
+    factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
+    word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
+    words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
+    written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
+    words = records.to(tl.pointer_type(tl.int32))
+    for r in range(0, _BLOCK, 8):
+        row0 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row1 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row2 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row3 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row4 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row5 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row6 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row7 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
+
+
+@triton.jit
+def _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, grown,
+                         PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+                         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                         SC_DIM_STRIDE: tl.constexpr):
+    """The lone row's block: its other slots rescaled where an exponent grew, code by code, 4 slots at a time."""
+    factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
+    written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
+    for r in range(0, _BLOCK, 4):
+        row0 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row1 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row2 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row3 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
+
+
+@triton.jit
+def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head, dim,
+                     HEAD_TILE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
+                     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+                     REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                     SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                     SC_DIM_STRIDE: tl.constexpr):
+    """A short fresh run's entry (at most SHORT_RUN rows: dealt out, its slices would take several
+    rounds): it writes its own row, as a lone entry does, from the exponents of all the run's rows;
+    the run's first entry writes the exponents."""
+    page = loc // PAGE_SIZE
+    slot = loc % PAGE_SIZE
+    block = slot // _BLOCK
+    records = records_ptr.to(tl.pointer_type(tl.uint8))
+    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+    # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
+    for first_head in tl.static_range(0, HEAD_TILE, SHORT_HEADS):
+        part_head = tile_head + first_head + tl.arange(0, SHORT_HEADS)
+        part_ok = (part_head < HEADS)[:, None] & (dim < VALUES)[None, :]
+        # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
+        offsets = part_head[:, None] * x_stride_h + dim[None, :]
+        exponent = _fresh_exponents(_rows_magnitude(x_ptr + (entry - part).to(tl.int64) * x_stride_t, offsets, x_stride_t, part_ok, run, SHORT_RUN))
+        x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
+        new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
+        if part == 0:
+            # The run's first entry writes the exponents.
+            sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+            tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=part_ok)
+
+
+@triton.jit
+def _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head,
+                      HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr, SLICE: tl.constexpr,
+                      PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
+                      REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                      SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                      SC_DIM_STRIDE: tl.constexpr):
+    """A fresh run's entry: slices `part`, part + run, ... of the program's tile (SLICE value indices of
+    one head each), every row of the run in each, with the block's exponents."""
+    page = loc // PAGE_SIZE
+    slot = loc % PAGE_SIZE
+    block = slot // _BLOCK
+    piece = part
+    while piece < HEAD_TILE * (COLUMNS // SLICE):
+        slice_head = tile_head + piece // (COLUMNS // SLICE)
+        slice_dim = tl.program_id(2) * COLUMNS + piece % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
+        slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
+        records = records_ptr.to(tl.pointer_type(tl.uint8))
+        scales = scales_ptr.to(tl.pointer_type(tl.uint8))
+        # The slice of the run's rows (its entries, from the block's first), one vector each: see _slice_rows.
+        first_row = x_ptr + (entry - part).to(tl.int64) * x_stride_t + slice_head * x_stride_h + slice_dim
+        values, magnitude = _slice_rows(first_row, x_stride_t, slice_ok, run, _BLOCK)
+        exponent = _fresh_exponents(magnitude)
+        multiplier = _multiplier(exponent)
+        for i in tl.static_range(_BLOCK):
+            block_row = page * REC_PAGE_BYTES + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
+            tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
+        sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
+        tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=slice_ok)
+
+        piece += run
+
+
+@triton.jit
 def _append_lone_program(
         x_ptr, x_stride_t, x_stride_h, loc_ptr, n_tokens, num_slots, records_ptr, scales_ptr,
         HEAD_TILE: tl.constexpr, HEAD_TILES: tl.constexpr, CHUNKS: tl.constexpr, COLUMNS: tl.constexpr,
@@ -317,63 +472,10 @@ def _append_lone_program(
                 # A big call's programs let the runs kernel launch at their first lone entry (a call with
                 # none, a prefill, launches it at its end).
                 tl.extra.cuda.gdc_launch_dependents()
-            page = loc // PAGE_SIZE
-            slot = loc % PAGE_SIZE
-            block = slot // _BLOCK
-            fresh = slot % _BLOCK == 0
-            records = records_ptr.to(tl.pointer_type(tl.uint8))
-            scales = scales_ptr.to(tl.pointer_type(tl.uint8))
-            # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
-            x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + head[:, None] * x_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
-            sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
-            if WORD > 0:
-                # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
-                stored = _ue8m0_word_bytes(scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
-            else:
-                stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
-            # A fresh block (its first slot written now) starts over from the smallest exponent.
-            if _EXPONENT_LO + _UE8M0_BIAS == 0:
-                byte_old = stored & tl.where(fresh, 0, 0xFF)     # a scalar mask, not a select per value (fewer registers)
-            else:
-                byte_old = tl.where(fresh, _EXPONENT_LO + _UE8M0_BIAS, stored)
-            byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + _UE8M0_BIAS)
-            new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-            tl.store(records + new_row, _encode_codes(x * _multiplier(byte - _UE8M0_BIAS)), mask=ok)
-            grown = (byte > byte_old) & ok
-            if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
-                # Only the exponents that grew are written (a fresh block's all); when none did, the byte
-                # stores (and the layout conversion they need) are skipped.
-                tl.store(sc_addr, byte.to(tl.uint8), mask=tl.where(fresh, ok, grown))
-                if ~fresh:
-                    if WORD_RESCALE:
-                        # The block's other slots are rescaled where an exponent grew, 8 slots at a time, as 32-bit
-                        # words of 4 codes (inline PTX, see _rescale_words).
-                        factor_lo, factor_hi, merge = _word_factors(byte_old - byte, grown, HEAD_TILE, COLUMNS)
-                        word = tl.program_id(2) * (COLUMNS // 4) + tl.arange(0, COLUMNS // 4)
-                        words_ok = (head < HEADS)[:, None] & (word < VALUES // 4)[None, :]
-                        written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
-                        words = records.to(tl.pointer_type(tl.int32))
-                        for r in range(0, _BLOCK, 8):
-                            row0 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row1 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row2 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row3 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row4 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row5 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row6 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            row7 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-                            _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
-                    else:
-                        # The block's other slots are rescaled where an exponent grew, 4 slots at a time.
-                        factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
-                        written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
-                        for r in range(0, _BLOCK, 4):
-                            row0 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-                            row1 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-                            row2 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-                            row3 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-                            _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
-
+            _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, head, dim, ok,
+                            HEAD_TILE, COLUMNS, WORD, WORD_RESCALE,
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                            SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
         elif FRESH_RUNS:
             run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
             # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
@@ -382,49 +484,15 @@ def _append_lone_program(
             if _slot_written(loc, num_slots) & (run > 0) & (run <= SHORT_RUN) & _outside_sink_block(loc // _BLOCK):
                 # A short run (at most SHORT_RUN rows: dealt out, its slices would take several rounds): each
                 # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
-                page = loc // PAGE_SIZE
-                slot = loc % PAGE_SIZE
-                block = slot // _BLOCK
-                records = records_ptr.to(tl.pointer_type(tl.uint8))
-                scales = scales_ptr.to(tl.pointer_type(tl.uint8))
-                # SHORT_HEADS of the tile's heads at a time (half the registers of the whole tile: no spills under the cap).
-                for first_head in tl.static_range(0, HEAD_TILE, SHORT_HEADS):
-                    part_head = tile_head + first_head + tl.arange(0, SHORT_HEADS)
-                    part_ok = (part_head < HEADS)[:, None] & (dim < VALUES)[None, :]
-                    # The block's exponents from all the run's rows ([heads, value indices] tiles, loaded at once), then the entry's own row.
-                    offsets = part_head[:, None] * x_stride_h + dim[None, :]
-                    exponent = _fresh_exponents(_rows_magnitude(x_ptr + (entry - part).to(tl.int64) * x_stride_t, offsets, x_stride_t, part_ok, run, SHORT_RUN))
-                    x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
-                    new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-                    tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
-                    if part == 0:
-                        # The run's first entry writes the exponents.
-                        sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
-                        tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=part_ok)
-
+                _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head, dim,
+                                 HEAD_TILE, SHORT_RUN, SHORT_HEADS,
+                                 PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                 SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
             elif _slot_written(loc, num_slots) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)) & _outside_sink_block(loc // _BLOCK):
-                page = loc // PAGE_SIZE
-                slot = loc % PAGE_SIZE
-                block = slot // _BLOCK
-                piece = part
-                while piece < HEAD_TILE * (COLUMNS // SLICE):
-                    slice_head = tile_head + piece // (COLUMNS // SLICE)
-                    slice_dim = tl.program_id(2) * COLUMNS + piece % (COLUMNS // SLICE) * SLICE + tl.arange(0, SLICE)
-                    slice_ok = (slice_dim < VALUES) & (tl.zeros_like(slice_dim) + slice_head < HEADS)
-                    records = records_ptr.to(tl.pointer_type(tl.uint8))
-                    scales = scales_ptr.to(tl.pointer_type(tl.uint8))
-                    # The slice of the run's rows (its entries, from the block's first), one vector each: see _slice_rows.
-                    first_row = x_ptr + (entry - part).to(tl.int64) * x_stride_t + slice_head * x_stride_h + slice_dim
-                    values, magnitude = _slice_rows(first_row, x_stride_t, slice_ok, run, _BLOCK)
-                    exponent = _fresh_exponents(magnitude)
-                    multiplier = _multiplier(exponent)
-                    for i in tl.static_range(_BLOCK):
-                        block_row = page * REC_PAGE_BYTES + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
-                        tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
-                    sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
-                    tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=slice_ok)
-
-                    piece += run
+                _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head,
+                                  HEAD_TILE, COLUMNS, SLICE,
+                                  PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                  SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
         if CHUNKS > 1:
             entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
         else:
