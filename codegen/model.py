@@ -1,6 +1,6 @@
 """The validated model of a layout: every byte offset, stride and extent, computed once.
 
-Templates read these objects and nothing else; they never compute an offset themselves.
+Templates and the renderer read these objects; no template computes an offset or a size.
 Extents that depend on call-time sizes are ``Expr`` over the symbols ``page_size``,
 ``heads`` and ``values`` (see expr.py); everything else is a plain int.
 """
