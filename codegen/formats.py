@@ -58,7 +58,9 @@ class ElementFormat:
     # inf or NaN) or "fnuz" (0x80 is the one NaN, no -0, no inf).
     specials: str = "fn"
     bits: int = 8            # bits per code
-    packing: int = 1         # codes per byte
+    packing: int = 1         # codes per byte (1 for every format today; the segment walks assume it)
+    encoder: str = "_encode_fp8"     # the runtime/codes.py function its Triton encoder calls with encode_args
+    decoder: str = "_decode_fp8"     # ... and its decoder, with decode_args
 
     @property
     def encode_args(self) -> tuple:

@@ -5,6 +5,7 @@ This table is the single source of truth: ``build`` validates specs against it, 
 """
 from __future__ import annotations
 
+from . import formats
 from .schema import Bool, Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
 
 IDENT = r"[a-z][a-z0-9_]*"
@@ -20,10 +21,11 @@ MAX_TILE = 1 << 16            # values one program handles per step
 MAX_BLOCK = 1024              # tokens, entries, columns or heads per program
 MAX_PROGRAMS = 1 << 20
 
-ELEMENT_DTYPES = ("fp8_e4m3fn", "fp8_e5m2", "fp8_e4m3fnuz")
-RAW_DTYPES = ("bf16", "fp16", "fp32")
-SCALE_FORMATS = ("ue8m0", "fp32")
-SCALE_RULES = ("rceil", "floor", "ceil", "even", "nearest", "exact")
+# The names a spec may use come from the format tables (codegen/formats.py): a new format is an entry there.
+ELEMENT_DTYPES = tuple(formats.ELEMENT_FORMATS)
+RAW_DTYPES = tuple(formats.RAW_DTYPES)
+SCALE_FORMATS = tuple(formats.SCALE_FORMATS)
+SCALE_RULES = formats.RULES
 OPS = ("gather_dequant", "quantize_store", "quantize", "dequantize", "append")
 COORDINATE = r"(slot|head|scale|dim|block)( (%|//) [1-9][0-9]*)?"
 
