@@ -352,7 +352,7 @@ def sweep(cases, copy_gbps: float) -> str:
     """Time every case under every launch shape of SWEEP; print each op's best (by geometric mean)."""
     lines, best = [], {}
     for case in cases:
-        m = importlib.import_module(f"generated.{case.layout}")
+        m = importlib.import_module(f"{case.package}.{case.layout}")
         saved = dict(m.LAUNCH[case.op])
         kind = case.op + ("_small" if case.op == "append" and case.small else "")
         shapes = SWEEP.get(kind, SWEEP["default"])

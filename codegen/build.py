@@ -297,7 +297,7 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
             raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {{tokens: {g['size']}}} is not a power of "
                             "two (an append walks a block's slots as one power-of-two tile)",
                             f"use {{tokens: {1 << (g['size'].bit_length() - 1)}}} or {{tokens: {1 << g['size'].bit_length()}}}")
-        if g["size"] < MIN_GROUP_TOKENS:
+        if g["size"] < MIN_GROUP_TOKENS and "append" in tree["ops"]:
             raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {{tokens: {g['size']}}} is below "
                             f"{MIN_GROUP_TOKENS} slots (an append rescales a block's slots {MIN_GROUP_TOKENS} at a time)",
                             f"use {{tokens: {MIN_GROUP_TOKENS}}} or more")

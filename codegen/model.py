@@ -378,8 +378,6 @@ class Layout:
             need.add("decode")
         if ops & {"quantize_store", "append"}:
             need.add("store_checks")
-        if "append" in ops and self.quantized_segments[0].element.f16_pair:
-            need.add("word_rescale")
         if self.word_scales is not None:
             need.add("word_scales")
         if ops - {"append"}:

@@ -1,5 +1,6 @@
-"""Model -> source text. Jinja does the layout of the code; this module only formats model
-values for it (no offsets are computed here)."""
+"""Model -> source text. Jinja lays out the layout-specific code from the model's values; this
+module sets up the environment, copies the runtime source (codegen/runtime/) each module needs, and
+renders the schema and spec reference. No offsets are computed here."""
 from __future__ import annotations
 
 import ast
@@ -81,7 +82,7 @@ RUNTIME_OPTIONAL = {
     "ref_numerics": {"_ref_magnitude_bits": "encode", "_ref_exp2i": "pow2", "_ref_encode": "encode",
                      "_ref_decode": "decode", "_ref_cast": "cast"},
     "reset": {},
-    "append": {"_word_factors": "word_rescale", "_rescale_word_slots": "word_rescale"},
+    "append": {},
     "append_host": {},
 }
 

@@ -425,10 +425,16 @@ def append(spec: Spec, state: CacheBytes, srcs, loc) -> None:
                         at = {"slot": block * size + k, "head": head}
                         if k in rows:
                             x = x32[list(rows).index(k), d: d + 1]
-                            code = encode(fmt, (x.astype(np.float64) * 2.0 ** -new).astype(np.float32))
+                            # A stored 0xFF (exponent 128, an infinite scale) encodes values as x * 0.
+                            factor = 2.0 ** -new if new <= 127 else 0.0
+                            with np.errstate(all="ignore"):
+                                code = encode(fmt, (x.astype(np.float64) * factor).astype(np.float32))
                         elif not fresh and new > old:
                             kept = state.read(plane, "records", page_id, at, 1, skip=d)
-                            code = encode(fmt, (decode(fmt, kept) * 2.0 ** (old - new)).astype(np.float32))
+                            # The factor is an fp32 power of two: 0 below 2^-149 (so an infinite code gives NaN).
+                            factor = 2.0 ** (old - new) if old - new >= -149 else 0.0
+                            with np.errstate(all="ignore"):
+                                code = encode(fmt, (decode(fmt, kept) * factor).astype(np.float32))
                         else:
                             continue
                         state.write(plane, "records", page_id, at, code, skip=d)

@@ -29,7 +29,7 @@ def oracle_cache(m, spec, state, like):
     return m.Cache(*(t.to(DEVICE) for t in state.tensors(like)))
 
 
-@pytest.mark.parametrize("src_dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("src_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("name", cases("quantize_store"))
 def test_quantize_store_matches_the_oracle(name, src_dtype):
     m, spec = module(name), spec_of(name)
@@ -75,26 +75,32 @@ def test_gather_dequant_matches_the_oracle(name, out_dtype):
 @pytest.mark.parametrize("name", cases("append"))
 def test_append_matches_the_oracle(name):
     """A prefill from two blocks' first slots, a decode step into blocks in use with rows 2^6 larger
-    (exponents grow, kept codes rescale), and a chunk crossing into a fresh block."""
+    (exponents grow, kept codes rescale), a chunk crossing into a fresh block, and rows into a block
+    never written from its first slot, whose stale bytes (every fifth one 0xFF: infinite scales, NaN
+    codes) count."""
     m, spec = module(name), spec_of(name)
     gen = generator(33)
     heads, values, page = dims(m)
     block = m.SCALE_GROUP_TOKENS
     num_pages = 2
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    for t in cache:
+        t.view(-1).view(torch.uint8)[::5] = 0xFF
     state = oracle.CacheBytes(spec, cache, page, heads, values)
     ref, kernel = clone(m, cache), clone(m, cache)
     a, b = 0, page + block                               # two sequences' first slots
+    stale = num_pages * page - block + 2                 # the last block, from its third slot
     steps = [([a + t for t in range(block + 3)] + [b + t for t in range(5)] + [-1], 1.0),
              ([a + block + 3, b + 5], 64.0),
-             ([a + block + 4 + t for t in range(block)] + [b + 6], 2.0 ** -10)]
+             ([a + block + 4 + t for t in range(block)] + [b + 6], 2.0 ** -10),
+             ([stale, stale + 1, b + 7], 2.0 ** 100)]
     for i, (loc, growth) in enumerate(steps):
-        x = (rows(len(loc), heads, values, gen, torch.float32) * growth).to(torch.bfloat16)
+        xs = [(rows(len(loc), heads, values, gen, torch.float32) * growth).to(torch.bfloat16) for _ in m.PLANES]
         loc = torch.tensor(loc)
-        oracle.append(spec, state, [x], loc)
-        m.append_ref(x.to(DEVICE), loc.to(DEVICE), ref, page)
+        oracle.append(spec, state, xs, loc)
+        m.append_ref(*(x.to(DEVICE) for x in xs), loc.to(DEVICE), ref, page)
         assert_same_cache(m, ref, oracle_cache(m, spec, state, cache), f"{name}.append_ref step {i} vs the oracle")
-        m.append(x.to(DEVICE), loc.to(DEVICE), kernel, page)
+        m.append(*(x.to(DEVICE) for x in xs), loc.to(DEVICE), kernel, page)
         assert_same_cache(m, kernel, ref, f"{name}.append step {i} vs its reference")
 
 

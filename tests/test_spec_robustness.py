@@ -113,6 +113,13 @@ SEMANTIC = [
      "dsv4_k", ["block_tokens"]),
     ("one exponent for all", edit(GOOD, "    group: {values: 64}\n", "    group: {values: 64}\n    exponent_range: [127, 127]\n"),
      "dsv4_k", ["exponent_range", "lo < hi"]),
+    # the append's kernels rescale 8 slots at a time and compose addresses from whole coordinates
+    ("append block below 8 slots", edit(edit(SHIPPED["mxfp8_v_seqblocked"], "group: {tokens: 32}", "group: {tokens: 4}"),
+                                        "size_multiple_of: 32", "size_multiple_of: 4"),
+     "mxfp8_v_seqblocked", ["{tokens: 4}", "below 8 slots", "{tokens: 8}"]),
+    ("append region with a split coordinate", edit(SHIPPED["mxfp8_v_seqblocked"], "{holds: records, order: [slot, head]}",
+                                                   "{holds: records, order: [slot // 32, slot % 32, head]}"),
+     "mxfp8_v_seqblocked", ["cannot split a coordinate", "'slot // 32'"]),
 ]
 
 
