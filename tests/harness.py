@@ -75,6 +75,12 @@ def per_plane(m, result) -> tuple:
     return result
 
 
+def plane_rows(m, v) -> list:
+    """One source per plane from rows v: v itself, then v times -2, 4, ... (each plane's values differ,
+    so a kernel that mixes planes up shows)."""
+    return [v] + [(v.float() * (-2.0) ** (i + 1)).to(v.dtype) for i in range(len(m.PLANES) - 1)]
+
+
 def pairs(m, got, want) -> list:
     """(plane, got, want) for each plane of two reader results."""
     return list(zip(m.PLANES, per_plane(m, got), per_plane(m, want), strict=True))

@@ -10,7 +10,7 @@ import torch
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import (KernelStub, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
-                           pairs, per_plane, unique_slots)
+                           pairs, per_plane, plane_rows, unique_slots)
 
 SOURCE_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -37,8 +37,8 @@ def test_gather_dequant_page_sizes(name, blocks):
     num_pages = 5
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     ids = torch.randint(-2, num_pages * page + 2, (203,), generator=gen).to(DEVICE)
-    assert_same_bytes(m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page),
-                      f"{name}.gather_dequant page {page}")
+    for plane, a, b in pairs(m, m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)):
+        assert_same_bytes(a, b, f"{name}.gather_dequant page {page} ({plane})")
     # The same bytes one byte into a larger allocation: too misaligned for word reads.
     shifted = []
     for t in cache:
@@ -47,8 +47,8 @@ def test_gather_dequant_page_sizes(name, blocks):
         view.copy_(t)
         shifted.append(view)
     shifted = type(cache)(*shifted)
-    assert_same_bytes(m.gather_dequant(shifted, ids, page), m.gather_dequant_ref(cache, ids, page),
-                      f"{name}.gather_dequant page {page}, buffers at odd addresses")
+    for plane, a, b in pairs(m, m.gather_dequant(shifted, ids, page), m.gather_dequant_ref(cache, ids, page)):
+        assert_same_bytes(a, b, f"{name}.gather_dequant page {page}, buffers at odd addresses ({plane})")
 
 
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
@@ -213,8 +213,8 @@ def test_append(name, launch, pages, monkeypatch):
     first = [spare[t // page] * page + t % page for t in range(pattern_tokens)]
     rows = torch.cat([patterns, patterns[: pattern_tokens * heads - patterns.shape[0]]]).view(pattern_tokens, heads, values)
     v = rows.to(DEVICE)
-    m.append(v, torch.tensor(first).to(DEVICE), cache, page)
-    m.append_ref(v, torch.tensor(first).to(DEVICE), cache_ref, page)
+    m.append(*plane_rows(m, v), torch.tensor(first).to(DEVICE), cache, page)
+    m.append_ref(*plane_rows(m, v), torch.tensor(first).to(DEVICE), cache_ref, page)
     assert_same_cache(m, cache, cache_ref, f"{name}.append every bf16 pattern")
     # Prefill: every sequence's tokens in one call, sequences one after another.
     loc = [slot(s, t) for s, n in enumerate(lengths) for t in range(n)] + [-1]
@@ -242,8 +242,8 @@ def test_append(name, launch, pages, monkeypatch):
         if i == 0:
             v[1] = adversarial_rows(values, gen)[-6: -6 + heads]   # specials inside one block
         v, loc = v.to(DEVICE), loc.to(DEVICE)
-        m.append(v, loc, cache, page)
-        m.append_ref(v, loc, cache_ref, page)
+        m.append(*plane_rows(m, v), loc, cache, page)
+        m.append_ref(*plane_rows(m, v), loc, cache_ref, page)
         assert_same_cache(m, cache, cache_ref, f"{name}.append step {i}")
 
 
@@ -279,8 +279,8 @@ def test_append_batch_prefill(name, launch, monkeypatch):
     for step, (loc, scale) in enumerate(((prefill, 1.0), (grow, 8.0))):
         v = (scaled_normal((loc.numel(), heads, values), gen, torch.float32) * scale).to(torch.bfloat16)
         v, loc = v.to(DEVICE), loc.to(DEVICE)
-        m.append(v, loc, cache, page)
-        m.append_ref(v, loc, cache_ref, page)
+        m.append(*plane_rows(m, v), loc, cache, page)
+        m.append_ref(*plane_rows(m, v), loc, cache_ref, page)
         assert_same_cache(m, cache, cache_ref, f"{name}.append batch step {step}")
 
 
@@ -304,8 +304,8 @@ def test_append_skips_sink(name):
     for i, loc in enumerate(steps):
         v = scaled_normal((len(loc), heads, values), gen).to(DEVICE)
         loc = torch.tensor(loc).to(DEVICE)
-        m.append(v, loc, cache, page)
-        m.append_ref(v, loc, cache_ref, page)
+        m.append(*plane_rows(m, v), loc, cache, page)
+        m.append_ref(*plane_rows(m, v), loc, cache_ref, page)
         assert_same_cache(m, cache, cache_ref, f"{name}.append sink step {i}")
 
 
@@ -437,8 +437,8 @@ def test_append_fresh_runs_have_one_writer(name, writer, monkeypatch):
     cache = fresh_cache(m, 2 + -(-10 * block // page), page, heads, values, gen)
     want = clone(m, cache)
     v = scaled_normal((loc.numel(), heads, values), gen).to(DEVICE)
-    m.append(v, loc.to(DEVICE), cache, page)
-    m.append_ref(v, torch.where(torch.isin(loc, torch.tensor(written)), loc, -1).to(DEVICE), want, page)
+    m.append(*plane_rows(m, v), loc.to(DEVICE), cache, page)
+    m.append_ref(*plane_rows(m, v), torch.where(torch.isin(loc, torch.tensor(written)), loc, -1).to(DEVICE), want, page)
     assert_same_cache(m, cache, want, f"{name}.append, {writer} kernel alone")
 
 
