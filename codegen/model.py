@@ -267,29 +267,19 @@ class Layout:
         return self.placement(group)
 
     @property
-    def word_scales(self) -> dict | None:
-        """The scale group a reader may load as words, with the geometry names a launch checks:
-        ``block``/``dim`` strides (1 and the page's block count for adjacent words) and ``aligned``
-        (buffer page bytes, region offset and other strides, each a multiple of the word)."""
+    def word_scales(self) -> tuple | None:
+        """The token-group scales a reader may load as words, as the generated module's _WORD_SCALES:
+        (slots per block, block and dim stride names (1 and the page's block count for adjacent
+        words), Cache field indices of each plane's scales, geometry names that must be multiples of
+        the word: buffer page bytes, region offset, other strides); None without such a group."""
         group = next((g for g in self.scales if g.word_reads), None)
         if group is None:
             return None
         where = self.scales_of(group.name)
         others = [t.const_name for t in where.terms if t.coord not in ("block", "dim")]
-        return dict(group=group, buffer=where.buffer.name, block=where.stride_name("block"), dim=where.stride_name("dim"),
-                    aligned=[where.buffer.page_bytes_name, where.region.offset_name] + others)
-
-    @property
-    def word_scales_fact(self) -> tuple | None:
-        """word_scales as the generated module's _WORD_SCALES: (slots per block, block stride name, dim
-        stride name, Cache field indices of each plane's scales, names of the geometry that must be
-        multiples of the word); None without such a group."""
-        words = self.word_scales
-        if words is None:
-            return None
-        index = self.scales_of(words["group"].name).index
-        fields = tuple(i * len(self.buffers) + index for i in range(len(self.planes)))
-        return (words["group"].size, words["block"], words["dim"], fields, tuple(words["aligned"]))
+        fields = tuple(i * len(self.buffers) + where.index for i in range(len(self.planes)))
+        return (group.size, where.stride_name("block"), where.stride_name("dim"), fields,
+                (where.buffer.page_bytes_name, where.region.offset_name, *others))
 
     @property
     def record_fields(self) -> tuple:

@@ -54,7 +54,6 @@ def _env() -> jinja2.Environment:
     )
     env.filters["py"] = lambda e: e.render()
     env.filters["hex"] = lambda n: f"0x{n:X}"
-    env.filters["next_pow2"] = lambda n: 1 << max(0, n - 1).bit_length()
     env.filters["pytuple"] = lambda xs: "(" + ", ".join(repr(x) for x in xs) + ("," if len(xs) == 1 else "") + ")"
     env.filters["suffix"] = lambda xs, suffix: [f"{x}{suffix}" for x in xs]
     env.filters["wrap_params"] = wrap_params

@@ -24,6 +24,12 @@ RAW = {"bf16": (torch.bfloat16, 2), "fp16": (torch.float16, 2), "fp32": (torch.f
 NAN16, NAN32 = 0x7FFF, 0x7FFFFFFF           # the GPU's canonical NaNs (bf16 and fp16, fp32)
 
 
+def parse_term(term: str) -> tuple:
+    """An `order` entry as (coordinate, "%" / "//" / None, N or None)."""
+    coord, op, k = re.fullmatch(r"(\w+)(?: (%|//) (\d+))?", term).groups()
+    return coord, op, int(k) if k else None
+
+
 # --- numbers ---------------------------------------------------------------------------------------
 
 def code_value(fmt: str, code: int) -> float:
@@ -194,8 +200,8 @@ class Spec:
         ext = self.extents(region["holds"], page, heads, values)
         n = self.element_size(region["holds"], values)
         for term in region["order"]:
-            coord, op, k = re.fullmatch(r"(\w+)(?: (%|//) (\d+))?", term).groups()
-            n *= ext[coord] if op is None else (int(k) if op == "%" else ext[coord] // int(k))
+            coord, op, k = parse_term(term)
+            n *= ext[coord] if op is None else (k if op == "%" else ext[coord] // k)
         return n
 
     def page_bytes(self, buffer: str, page, heads, values) -> int:
@@ -212,13 +218,13 @@ class Spec:
                     ext = self.extents(holds, page, heads, values)
                     index = 0
                     for term in region["order"]:
-                        coord, op, k = re.fullmatch(r"(\w+)(?: (%|//) (\d+))?", term).groups()
+                        coord, op, k = parse_term(term)
                         if op is None:
                             digit, radix = coords[coord], ext[coord]
                         elif op == "%":
-                            digit, radix = coords[coord] % int(k), int(k)
+                            digit, radix = coords[coord] % k, k
                         else:
-                            digit, radix = coords[coord] // int(k), ext[coord] // int(k)
+                            digit, radix = coords[coord] // k, ext[coord] // k
                         assert 0 <= digit < radix
                         index = index * radix + digit
                     return buffer, offset + index * self.element_size(holds, values)
