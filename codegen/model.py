@@ -298,6 +298,14 @@ class Layout:
         return tuple(r for b in self.buffers for r in b.regions)
 
     @property
+    def segment_symbols(self) -> tuple:
+        """Call-time symbols the segments' extents and offsets depend on, in a fixed order."""
+        used = set()
+        for s in self.segments:
+            used |= s.values.symbols() | s.value_offset.symbols() | s.byte_offset.symbols() | s.nbytes.symbols()
+        return tuple(n for n in (PAGE_SIZE, HEADS, VALUES) if n in used)
+
+    @property
     def symbols(self) -> tuple:
         """Call-time symbols this layout's geometry depends on, in a fixed order."""
         used = set()
@@ -325,11 +333,11 @@ class Layout:
     def needs(self) -> frozenset:
         """The helper families this layout's ops call, so a module carries exactly the helpers it uses:
         write_values / read_values (per segment and scale group: quantize_store and quantize /
-        gather_dequant and dequantize), encode (fp8 encoders, amax, scale rules), decode, pow2 (2**n from
-        bits), cast (the references' NaN-exact casts), store_checks, out_checks (gather's outputs the
-        caller passes), launch_shape, lane_group, round_up (a page padded to `align`), the segment walks
-        (quantize_segments, dequantize_segments, store_raw, load_raw) and the scale formats' functions
-        (runtime/codes.py names)."""
+        gather_dequant and dequantize), encode (fp8 encoders, amax, scale rules), decode, store_checks,
+        out_checks (gather's outputs the caller passes), launch_shape, lane_group, slot_blocks (a gather's
+        block of slots), round_up (a page padded
+        to `align`), the segment walks (quantize_segments, dequantize_segments, store_raw, load_raw), the
+        scale formats' functions (runtime/codes.py names) and each op's name (its reference)."""
         ops = set(self.ops)
         writes_values = bool(ops & {"quantize_store", "quantize"})
         reads = bool(ops & {"gather_dequant", "dequantize"})
@@ -346,11 +354,11 @@ class Layout:
             if quantized and any(s.raw is not None for s in self.segments):
                 need.add("load_raw")
         if reads:
-            need |= {"read_values", "cast"}
+            need.add("read_values")
         if "gather_dequant" in ops:
             need |= {"out_checks", "lane_group"}
-        if writes_values and any(s.raw is not None for s in self.segments):
-            need.add("cast")
+            if self.scale_kind == "tokens":
+                need.add("slot_blocks")
         for g in self.scales:
             if writes_values:
                 need.add(g.store_function)
@@ -362,8 +370,6 @@ class Layout:
                 need.add(g.format.load_words)
         if quantized and writes:
             need.add("encode")
-            if any(not g.exact for g in self.scales):
-                need.add("pow2")
         if quantized and (reads or "append" in ops):
             need.add("decode")
         if ops & {"quantize_store", "append"}:
@@ -374,6 +380,7 @@ class Layout:
             need.add("launch_shape")
         if any(contains(e, RoundUp) for _, e in self.geometry) or any(contains(e, RoundUp) for b in self.buffers for e in b.shape):
             need.add("round_up")
+        need |= ops                       # each op's reference (runtime/ref_ops.py)
         return frozenset(need)
 
     @property

@@ -64,7 +64,8 @@ def _env() -> jinja2.Environment:
     return env
 
 
-# Runtime helpers a module carries only when its layout needs their family (Layout.needs).
+# Runtime helpers a module carries only when its layout needs their family, or one of their families
+# (Layout.needs).
 RUNTIME_OPTIONAL = {
     "checks": {"_round_up": "round_up", "_prepare_store": "store_checks", "_check_rows": "store_checks",
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
@@ -78,8 +79,18 @@ RUNTIME_OPTIONAL = {
               "_load_ue8m0_words": "_load_ue8m0_words"},
     "numerics": {"_exp2i": "encode", "_magnitude_bits": "encode", "_saturate": "encode", "_encode_fp8_bits": "encode",
                  "_decode_fp8_bits": "decode"},
-    "ref_numerics": {"_ref_magnitude_bits": "encode", "_ref_exp2i": "pow2", "_ref_encode": "encode",
-                     "_ref_decode": "decode", "_ref_cast": "cast"},
+    "ref_numerics": {"_ref_magnitude_bits": ("write_values", "append"), "_ref_exp2i": ("write_values", "append"),
+                     "_ref_encode": ("write_values", "append"), "_ref_decode": ("read_values", "append"),
+                     "_ref_cast": ("read_values", "write_values")},
+    "ref_ops": {"_ref_exponent": ("write_values", "append"), "_ref_exact_scale": "write_values",
+                "_ref_scale_store": "write_values", "_ref_scale_load": "read_values", "_ref_quantize_rows": "write_values",
+                "_ref_plane_fields": ("quantize_store", "gather_dequant", "append"),
+                "_ref_written": ("quantize_store", "append"), "_ref_quantize_store": "quantize_store",
+                "_ref_gather_dequant": "gather_dequant", "_ref_quantize": "quantize", "_ref_dequantize": "dequantize",
+                "_ref_append": "append"},
+    "slots": {"_slot_written": "store_checks", "_program_tokens": "quantize_store", "_write_targets": "quantize_store",
+              "_grouped_lane_tokens": "gather_dequant", "_read_targets": "gather_dequant", "_block_in_page": "slot_blocks",
+              "_row_offset": ("quantize_store", "gather_dequant")},
     "reset": {},
     "append": {},
     "append_host": {},
@@ -115,8 +126,12 @@ def runtime_source(name: str, layout: Layout | None = None) -> str:
     module carries verbatim (so modules stay standalone); with a layout, without the optional helpers
     (RUNTIME_OPTIONAL) whose family the layout does not need."""
     optional = RUNTIME_OPTIONAL[name]
-    keep = [src for named, src in _runtime_parts(name)
-            if layout is None or named not in optional or optional[named] in layout.needs]
+
+    def wanted(named: str) -> bool:
+        families = optional[named]
+        return bool(layout.needs & ({families} if isinstance(families, str) else set(families)))
+
+    keep = [src for named, src in _runtime_parts(name) if layout is None or named not in optional or wanted(named)]
     return "\n\n\n".join(keep) + "\n"
 
 

@@ -845,6 +845,60 @@ def _load_raw_segment(rec_ptr, rec_row, row_ok, out_ptr, out_row, out_ok,
              mask=out_ok[:, None] & in_segment)
 
 
+# The layout's facts for the slot helpers below (codegen/runtime/slots.py).
+_SINK_SLOT = tl.constexpr(-1)       # the slot writers skip (-1: none)
+
+
+@triton.jit
+def _slot_written(loc, num_slots):
+    """Whether slot ids `loc` are written by a call: not negative, not past the cache, not the sink."""
+    if _SINK_SLOT >= 0:
+        return (loc >= 0) & (loc < num_slots) & (loc != _SINK_SLOT)
+    else:
+        return (loc >= 0) & (loc < num_slots)
+
+
+@triton.jit
+def _program_tokens(BLOCK_T: tl.constexpr):
+    """The BLOCK_T token rows of this program (grid axis 0 counts blocks of rows)."""
+    return tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+
+
+@triton.jit
+def _grouped_lane_tokens(LANE_GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
+    """(lane, token rows) of a gather program. Programs go LANE_GROUP lanes at a time (grid axis 1 is
+    the group): within a group the lanes of one block of rows are adjacent, then the next block."""
+    lane = tl.program_id(1) * LANE_GROUP + tl.program_id(0) % LANE_GROUP
+    token = tl.program_id(0) // LANE_GROUP * BLOCK_T + tl.arange(0, BLOCK_T)
+    return lane, token
+
+
+@triton.jit
+def _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE: tl.constexpr):
+    """(ok, page, slot in page) of the slot ids at rows `token`: ok where the call writes; the
+    others point at slot 0 (and are masked)."""
+    loc = tl.load(loc_ptr + token, mask=in_range, other=-1).to(tl.int64)
+    ok = in_range & _slot_written(loc, num_slots)
+    loc = tl.where(ok, loc, 0)
+    return ok, loc // PAGE_SIZE, loc % PAGE_SIZE
+
+
+@triton.jit
+def _read_targets(ids_ptr, token, in_range, num_slots, PAGE_SIZE: tl.constexpr):
+    """(ok, page, slot in page) of the slot ids at rows `token`: negative ids and ids past the cache
+    are not ok (they read as zeros) and point at slot 0."""
+    loc = tl.load(ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
+    ok = in_range & (loc >= 0) & (loc < num_slots)
+    loc = tl.where(ok, loc, 0)
+    return ok, loc // PAGE_SIZE, loc % PAGE_SIZE
+
+
+@triton.jit
+def _row_offset(token, head, stride_t, stride_h):
+    """Element offset of row (token, head) in a (T, heads, values) source or destination."""
+    return token.to(tl.int64) * stride_t + head * stride_h
+
+
 @triton.jit
 def _encode_fp8(q, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr,
                 DROPPED_BITS: tl.constexpr, BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr,
@@ -1007,19 +1061,14 @@ def _gather_dequant_kernel(
     and values.
     """
     _wait_for_previous(PDL, EARLY_RELEASE)
-    lane = tl.program_id(1) * LANE_GROUP + tl.program_id(0) % LANE_GROUP
-    token = tl.program_id(0) // LANE_GROUP * BLOCK_T + tl.arange(0, BLOCK_T)
+    lane, token = _grouped_lane_tokens(LANE_GROUP, BLOCK_T)
     head = lane % HEADS
     in_range = token < n_tokens
-    loc = tl.load(token_ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative ids and ids past the cache read as zeros.
-    ok = in_range & (loc >= 0) & (loc < num_slots)
-    loc = tl.where(ok, loc, 0)
-    page = loc // PAGE_SIZE
-    slot = loc % PAGE_SIZE
+    ok, page, slot = _read_targets(token_ids_ptr, token, in_range, num_slots, PAGE_SIZE)
     records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
-    out_row = token.to(tl.int64) * k_out_stride_t + head * k_out_stride_h
+    out_row = _row_offset(token, head, k_out_stride_t, k_out_stride_h)
     # nope: codes times their scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_NOPE_OFFSET + slot * CACHE_NOPE_SLOT_STRIDE + head * CACHE_NOPE_HEAD_STRIDE
@@ -1111,16 +1160,12 @@ def _quantize_store_kernel(
 ):
     """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
     _wait_for_previous(PDL, EARLY_RELEASE)
-    token = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    token = _program_tokens(BLOCK_T)
     head = tl.program_id(1) % HEADS
     in_range = token < n_tokens
-    loc = tl.load(loc_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative slots, slots past the cache are never written.
-    ok = in_range & (loc >= 0) & (loc < num_slots)
-    loc = tl.where(ok, loc, 0)
-    page = loc // PAGE_SIZE
-    slot = loc % PAGE_SIZE
-    x_row = token.to(tl.int64) * k_stride_t + head * k_stride_h
+    ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
+    x_row = _row_offset(token, head, k_stride_t, k_stride_h)
     records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
     # nope: quantize and store codes, then the scales at cache[slot, head, scale]
@@ -1368,11 +1413,6 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
         t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
 
 # --- pure-torch references: the same bytes as the kernels, on any device -------------------------
-_CODE_DTYPES = {
-    "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F),
-}
-
-
 _F32_NAN_BITS = {16: 0x7FFF, 32: 0x7FFFFFFF}   # NaN the GPU writes when it converts to bf16/fp16, or computes in fp32
 
 
@@ -1417,128 +1457,273 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
     return torch.where(y.isnan(), nan.to(y.device).view(dtype), y)
 
 
-def _ref_nope_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
-    """Rule rceil: the unbiased exponent from amax's fp32 bits (see _nope_exponent)."""
-    a = amax_bits.to(torch.int32).clamp(min=0x322BCC77)
-    mantissa = a & 0x7FFFFF
-    e = (a >> 23) - (127 + 8)
-    e = e + (mantissa > 0x600000).to(torch.int32)
-    e = torch.where(a >= 0x7F800000, 127, e)
-    return e.clamp(-127, 127)
+_FP32_EXPONENT_ALL_ONES = 0x7F800000   # fp32 bits at and above which a magnitude is inf (NaN is masked out before)
 
 
-def _ref_nope_store(flat: torch.Tensor, addr: torch.Tensor, exponent: torch.Tensor) -> None:
-    """Write scales at byte addresses `addr` of the uint8 view `flat` (ue8m0)."""
-    flat[addr] = (exponent + 127).to(torch.uint8)
+_FP32_MANTISSA_MASK = 0x7FFFFF
 
 
-def _ref_nope_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
-    """Read scales at byte addresses `addr` as fp32 (see _nope_load)."""
-    bits = flat[addr].to(torch.int32) << 23
-    return bits.view(torch.float32)
+class _RefGroup(NamedTuple):
+    """A scale group as the references need it (the model's ScaleGroup and its ScaleFormat)."""
+    name: str
+    exact: bool               # rule exact: fp32 amax / fmax; else a power of two from amax's bits
+    format: str               # "ue8m0" (one biased exponent byte) or "fp32"
+    nbytes: int               # bytes of one stored scale
+    bias: int                 # ue8m0's exponent bias
+    exponent_max: int         # the largest exponent the format stores
+    zero_is_pow2: bool        # ue8m0 byte 0x00 reads as 2^-127 (else as 0)
+    floor_bits: int           # fp32 bits of the amax floor; 0: none
+    fmax: float               # largest finite value of the element format
+    fmax_exponent: int        # its exponent
+    above: int | None         # the rule's mantissa terms (formats.RuleTerms)
+    at_least: int | None
+    below: int | None
+    exponent_lo: int          # the clamp of the rule's exponent
+    exponent_hi: int
+    tile: int                 # values of one token that share a scale (1 for groups along slots)
 
 
-def _ref_quantize_nope(rows: torch.Tensor) -> tuple:
-    """rows (..., 448) -> (fp8_e4m3fn codes as uint8 (..., 448), unbiased exponents (..., tiles))."""
-    x = rows.to(torch.float32).unflatten(-1, (-1, 64))
+class _RefSegment(NamedTuple):
+    """A record segment for one geometry: its values, bytes and (quantized) scales."""
+    name: str
+    value_offset: int
+    values: int
+    byte_offset: int
+    nbytes: int
+    code: str | None          # element format of a quantized segment (a _CODE_DTYPES key)
+    raw: torch.dtype | None   # dtype of a raw segment
+    group: _RefGroup | None
+    tiles: int                # scales of one token and head (values groups) or values (slot groups)
+    scale_field: int          # the Cache field, within a plane, holding the scales
+    scale_row: object         # _ref_<group>_row (None without cache ops)
+    scale_stride: int         # bytes from one of a row's scales to the next
+    dense_column: int         # first byte of the segment's scales in a dense scale row
+
+    @property
+    def columns(self) -> slice:
+        return slice(self.value_offset, self.value_offset + self.values)
+
+    @property
+    def bytes(self) -> slice:
+        return slice(self.byte_offset, self.byte_offset + self.nbytes)
+
+
+def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+    """A power-of-two rule: the unbiased exponent from amax's fp32 bits (the kernels' _<group>_exponent):
+    the exponent of amax / fmax, bumped by the rule's mantissa terms; infinity gives the largest."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    mantissa = a & _FP32_MANTISSA_MASK
+    e = (a >> 23) - (127 + g.fmax_exponent)
+    if g.above is not None:
+        e = e + (mantissa > g.above).to(torch.int32)
+    if g.at_least is not None:
+        e = e + (mantissa >= g.at_least).to(torch.int32)
+    if g.below is not None:
+        e = e - (mantissa < g.below).to(torch.int32)
+    e = torch.where(a >= _FP32_EXPONENT_ALL_ONES, g.exponent_hi, e)
+    return e.clamp(g.exponent_lo, g.exponent_hi)
+
+
+def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+    """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
+    values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
+    its reciprocal, which is not)."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    return (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+
+
+def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale: torch.Tensor) -> None:
+    """Write scales (exact fp32 values, or exponents) at byte addresses `addr` of the uint8 view `flat`."""
+    if g.format == "ue8m0":
+        flat[addr] = (scale + g.bias).to(torch.uint8)
+        return
+    value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
+    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
+
+
+def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (the kernels' _<group>_load)."""
+    if g.format == "ue8m0":
+        bits = flat[addr].to(torch.int32) << 23
+        if g.zero_is_pow2:
+            bits = torch.where(bits == 0, 1 << 22, bits)        # 2^-127, a subnormal
+        return bits.view(torch.float32)
+    return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
+
+
+def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
+    """rows (..., seg.values) -> (codes as uint8 (..., seg.values), fp32 scales or exponents (..., tiles))."""
+    g = seg.group
+    x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
     amax = _ref_magnitude_bits(x).amax(-1)
-    scale = _ref_nope_exponent(amax)
-    q = x * _ref_exp2i(-scale)[..., None]
-    return _ref_encode(q, "fp8_e4m3fn").flatten(-2), scale
+    if g.exact:
+        scale = _ref_exact_scale(g, amax)
+        q = torch.where(scale[..., None] > 0, (x.to(torch.float64) / scale[..., None]).to(torch.float32), 0.0)
+    else:
+        scale = _ref_exponent(g, amax)
+        q = x * _ref_exp2i(-scale)[..., None]
+    return _ref_encode(q, seg.code).flatten(-2), scale
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
-    """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
+def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
+    """The uint8 view of a plane's `index`-th Cache field."""
+    return _ref_bytes(cache[plane * (len(Cache._fields) // len(PLANES)) + index])
+
+
+def _ref_written(loc: torch.Tensor, num_pages: int, page_size: int) -> torch.Tensor:
+    """Which slots a writer stores: inside the cache, and not the sink slot."""
+    ok = (loc >= 0) & (loc < num_pages * page_size)
+    return ok if SINK_SLOT is None else ok & (loc != SINK_SLOT)
+
+
+def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
+    page_size = _index(page_size, "page_size")
+    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    G = SimpleNamespace(**geo)
+    device = loc.device
+    loc = loc.to(torch.int64)
+    token = _ref_written(loc, num_pages, page_size).nonzero().flatten()
+    page = (loc[token] // page_size)[:, None]
+    slot = (loc[token] % page_size)[:, None]
+    block = slot // SCALE_GROUP_TOKENS
+    head = torch.arange(G.HEADS, device=device)[None, :]
+    segments = _ref_segments(G)
+    for plane, x in enumerate(srcs):
+        x = x[token]                                                   # (n, heads, values)
+        records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        for seg in segments:
+            if seg.group is None:
+                raw = _ref_cast(x[..., seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
+                records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)] = raw
+                continue
+            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
+            records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)] = codes
+            sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
+            tile = torch.arange(seg.tiles, device=device)
+            _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride, scale)
+
+
+def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     G = SimpleNamespace(**geo)
-    heads = G.HEADS
+    device = token_ids.device
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
     loc = torch.where(ok[:, 0, 0], ids, 0)
     page = (loc // page_size)[:, None]
     slot = (loc % page_size)[:, None]
-    head = torch.arange(heads, device=ids.device)[None, :]
+    block = slot // SCALE_GROUP_TOKENS
+    head = torch.arange(G.HEADS, device=device)[None, :]
+    segments = _ref_segments(G)
     for plane, o in enumerate(outs):
-        records = _ref_bytes(cache[plane * 1 + 0])
-        rec_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE)[..., None]
-        # nope
-        codes = records[rec_row + 0 + torch.arange(448, device=ids.device)]
-        scales = _ref_bytes(cache[plane * 1 + 0])
-        sc_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_NOPE_OFFSET + slot * G.CACHE_NOPE_SLOT_STRIDE + head * G.CACHE_NOPE_HEAD_STRIDE)[..., None]
-        tile = torch.arange(G.NOPE_TILES, device=ids.device)
-        scale = _ref_nope_load(scales, sc_row + tile * G.CACHE_NOPE_SCALE_STRIDE)
-        x = _ref_decode(codes, "fp8_e4m3fn") * scale.repeat_interleave(64, -1)
-        x = torch.where(ok, x, 0.0)
-        o[..., 0:448] = _ref_cast(x, o.dtype, computed=True)
-        # rope
-        raw = records[rec_row + 448 + torch.arange(128, device=ids.device)]
-        raw = torch.where(ok, raw.view(torch.bfloat16), 0.0)
-        o[..., 448:512] = _ref_cast(raw, o.dtype, computed=False)
+        records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        for seg in segments:
+            if seg.group is None:
+                raw = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
+                raw = torch.where(ok, raw.view(seg.raw), 0.0)
+                o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
+                continue
+            codes = records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)]
+            sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
+            tile = torch.arange(seg.tiles, device=device)
+            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride)
+            x = _ref_decode(codes, seg.code) * scale.repeat_interleave(seg.group.tile, -1)
+            o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
+
+
+def _ref_quantize(x: torch.Tensor):
+    x2, lead, geo = _prepare_quantize(x)
+    G = SimpleNamespace(**geo)
+    n_rows = x2.shape[0]
+    data = torch.empty((n_rows, G.RECORD_BYTES), dtype=torch.uint8, device=x.device)
+    scale = torch.empty((n_rows, G.DENSE_SCALES), dtype=_REF_DENSE_DTYPES[1], device=x.device)
+    rows = torch.arange(n_rows, device=x.device)[:, None] * G.DENSE_SCALE_BYTES
+    for seg in _ref_segments(G):
+        if seg.group is None:
+            data[:, seg.bytes] = _ref_cast(x2[:, seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
+            continue
+        codes, group_scale = _ref_quantize_rows(seg, x2[:, seg.columns])
+        data[:, seg.bytes] = codes
+        tile = torch.arange(group_scale.shape[-1], device=x.device) * seg.group.nbytes
+        _ref_scale_store(seg.group, _ref_bytes(scale), rows + seg.dense_column + tile, group_scale)
+    return data.view(_REF_DENSE_DTYPES[0]).view(*lead, G.RECORD_BYTES), scale.view(*lead, G.DENSE_SCALES)
+
+
+def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
+    G = SimpleNamespace(**geo)
+    out = torch.empty((data2.shape[0], G.VALUES), dtype=out_dtype, device=data.device)
+    rows = torch.arange(data2.shape[0], device=data.device)[:, None] * G.DENSE_SCALE_BYTES
+    for seg in _ref_segments(G):
+        if seg.group is None:
+            out[:, seg.columns] = _ref_cast(data2[:, seg.bytes].contiguous().view(seg.raw), out_dtype, computed=False)
+            continue
+        tile = torch.arange(seg.tiles, device=data.device) * seg.group.nbytes
+        scale_f32 = _ref_scale_load(seg.group, _ref_bytes(scale2), rows + seg.dense_column + tile)
+        x = _ref_decode(data2[:, seg.bytes], seg.code) * scale_f32.repeat_interleave(seg.group.tile, -1)
+        out[:, seg.columns] = _ref_cast(x, out_dtype, computed=True)
+    return out.view(*lead, G.VALUES)
+
+
+# Element formats: spec dtype -> (torch dtype, fmax, NaN code).
+_CODE_DTYPES = {
+    "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F),
+}
+# The records' Cache field within a plane.
+_REF_RECORDS = 0
+# dtypes of quantize's (data, scale).
+_REF_DENSE_DTYPES = (torch.uint8, torch.uint8)
+# Scale groups: the rule and the stored format.
+_REF_GROUPS = {
+    "nope": _RefGroup(
+        name="nope", exact=False, format="ue8m0", nbytes=1, bias=127,
+        exponent_max=127, zero_is_pow2=False, floor_bits=0x322BCC77,
+        fmax=448.0, fmax_exponent=8,
+        above=0x600000, at_least=None, below=None,
+        exponent_lo=-127, exponent_hi=127, tile=64),
+}
+
+
+def _ref_record_row(G, page, slot, head):
+    """Byte address of the record of (page, slot, head) in its plane's records buffer."""
+    return page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE
+
+
+def _ref_nope_row(G, page, slot, head, block):
+    """Byte address of group nope's first scale entry of (page, slot, head) in its buffer."""
+    return page * G.CACHE_PAGE_BYTES + G.CACHE_NOPE_OFFSET + slot * G.CACHE_NOPE_SLOT_STRIDE + head * G.CACHE_NOPE_HEAD_STRIDE
+
+
+def _ref_segments(G) -> tuple:
+    """The record's segments for geometry G, in byte order."""
+    return (
+        _RefSegment("nope", value_offset=0, values=448, byte_offset=0, nbytes=448,
+                    code="fp8_e4m3fn", raw=None, group=_REF_GROUPS["nope"], tiles=G.NOPE_TILES, scale_field=0,
+                    scale_row=_ref_nope_row, scale_stride=G.CACHE_NOPE_SCALE_STRIDE, dense_column=G.NOPE_DENSE_COLUMN),
+        _RefSegment("rope", value_offset=448, values=64, byte_offset=448, nbytes=128,
+                    code=None, raw=torch.bfloat16, group=None, tiles=0, scale_field=0, scale_row=None, scale_stride=0, dense_column=0),
+    )
+
+
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+    """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
+    return _ref_gather_dequant(cache, token_ids, page_size, out)
 
 
 def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
-    page_size = _index(page_size, "page_size")
-    srcs, geo, num_pages = _prepare_store((k,), loc, cache, page_size)
-    G = SimpleNamespace(**geo)
-    n_tokens, heads, values = srcs[0].shape
-    loc = loc.to(torch.int64)
-    ok = (loc >= 0) & (loc < num_pages * page_size)
-    token = ok.nonzero().flatten()
-    page = (loc[token] // page_size)[:, None]
-    slot = (loc[token] % page_size)[:, None]
-    head = torch.arange(heads, device=loc.device)[None, :]
-    for plane, x in enumerate(srcs):
-        x = x[token]                                                   # (n, heads, values)
-        records = _ref_bytes(cache[plane * 1 + 0])
-        rec_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE)[..., None]
-        # nope
-        codes, scale = _ref_quantize_nope(x[..., 0:448])
-        records[rec_row + 0 + torch.arange(codes.shape[-1], device=loc.device)] = codes
-        scales = _ref_bytes(cache[plane * 1 + 0])
-        sc_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_NOPE_OFFSET + slot * G.CACHE_NOPE_SLOT_STRIDE + head * G.CACHE_NOPE_HEAD_STRIDE)[..., None]
-        tile = torch.arange(scale.shape[-1], device=loc.device)
-        _ref_nope_store(scales, sc_row + tile * G.CACHE_NOPE_SCALE_STRIDE, scale)
-        # rope
-        raw = _ref_cast(x[..., 448:512], torch.bfloat16, computed=False)
-        raw = raw.contiguous().view(torch.uint8)
-        records[rec_row + 448 + torch.arange(raw.shape[-1], device=loc.device)] = raw
+    _ref_quantize_store((k,), loc, cache, page_size)
 
 
 def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None):
     """Pure-torch twin of quantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
-    x2, lead, geo = _prepare_quantize(x)
-    n_rows = x2.shape[0]
-    data = torch.empty((n_rows, geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device)
-    scale = torch.empty((n_rows, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device)
-    scale_bytes = _ref_bytes(scale)
-    rows = torch.arange(n_rows, device=x.device)[:, None] * geo["DENSE_SCALE_BYTES"]
-    # nope
-    codes, group_scale = _ref_quantize_nope(x2[:, 0:448])
-    data[:, 0:448] = codes
-    tile = torch.arange(group_scale.shape[-1], device=x.device) * 1
-    _ref_nope_store(scale_bytes, rows + geo["NOPE_DENSE_COLUMN"] + tile, group_scale)
-    # rope
-    raw = _ref_cast(x2[:, 448:512], torch.bfloat16, computed=False)
-    data[:, 448:576] = raw.contiguous().view(torch.uint8)
-    data = data.view(torch.uint8)
-    return data.view(*lead, geo["RECORD_BYTES"]), scale.view(*lead, geo["DENSE_SCALES"])
+    return _ref_quantize(x)
 
 
 def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *, pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
-    data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
-    values = geo["VALUES"]
-    out = torch.empty((data2.shape[0], values), dtype=out_dtype, device=data.device)
-    # nope
-    tile = torch.arange(geo["NOPE_TILES"], device=data.device) * 1
-    addr = torch.arange(data2.shape[0], device=data.device)[:, None] * geo["DENSE_SCALE_BYTES"] + tile
-    scale_f32 = _ref_nope_load(_ref_bytes(scale2), addr + geo["NOPE_DENSE_COLUMN"])
-    x = _ref_decode(data2[:, 0:448], "fp8_e4m3fn")
-    out[:, 0:448] = _ref_cast(x * scale_f32.repeat_interleave(64, -1), out_dtype, computed=True)
-    # rope
-    raw = data2[:, 448:576].contiguous().view(torch.bfloat16)
-    out[:, 448:512] = _ref_cast(raw, out_dtype, computed=False)
-    return out.view(*lead, values)
+    return _ref_dequantize(data, scale, out_dtype)

@@ -791,6 +791,51 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
         tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
 
 
+# The layout's facts for the slot helpers below (codegen/runtime/slots.py).
+_SINK_SLOT = tl.constexpr(-1)       # the slot writers skip (-1: none)
+_BLOCK = tl.constexpr(32)             # slots per block: one scale per block, head and value index
+
+
+@triton.jit
+def _slot_written(loc, num_slots):
+    """Whether slot ids `loc` are written by a call: not negative, not past the cache, not the sink."""
+    if _SINK_SLOT >= 0:
+        return (loc >= 0) & (loc < num_slots) & (loc != _SINK_SLOT)
+    else:
+        return (loc >= 0) & (loc < num_slots)
+
+
+@triton.jit
+def _grouped_lane_tokens(LANE_GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
+    """(lane, token rows) of a gather program. Programs go LANE_GROUP lanes at a time (grid axis 1 is
+    the group): within a group the lanes of one block of rows are adjacent, then the next block."""
+    lane = tl.program_id(1) * LANE_GROUP + tl.program_id(0) % LANE_GROUP
+    token = tl.program_id(0) // LANE_GROUP * BLOCK_T + tl.arange(0, BLOCK_T)
+    return lane, token
+
+
+@triton.jit
+def _read_targets(ids_ptr, token, in_range, num_slots, PAGE_SIZE: tl.constexpr):
+    """(ok, page, slot in page) of the slot ids at rows `token`: negative ids and ids past the cache
+    are not ok (they read as zeros) and point at slot 0."""
+    loc = tl.load(ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
+    ok = in_range & (loc >= 0) & (loc < num_slots)
+    loc = tl.where(ok, loc, 0)
+    return ok, loc // PAGE_SIZE, loc % PAGE_SIZE
+
+
+@triton.jit
+def _block_in_page(slot):
+    """The _BLOCK-slot block of a page holding slot `slot` (its scales' block coordinate)."""
+    return slot // _BLOCK
+
+
+@triton.jit
+def _row_offset(token, head, stride_t, stride_h):
+    """Element offset of row (token, head) in a (T, heads, values) source or destination."""
+    return token.to(tl.int64) * stride_t + head * stride_h
+
+
 @triton.jit
 def _encode_fp8(q, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr,
                 DROPPED_BITS: tl.constexpr, BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr,
@@ -920,9 +965,8 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, ou
                         _x_load_words)
 
 
-# The layout's facts for the append building blocks below (codegen/runtime/append.py).
-_BLOCK = tl.constexpr(32)             # slots per block: one exponent per block, head and value index
-_SINK_SLOT = tl.constexpr(-1)       # the slot appends skip (-1: none)
+# The layout's facts for the append building blocks below (codegen/runtime/append.py; _BLOCK and
+# _SINK_SLOT come with the slot helpers).
 _EXPONENT_LO = tl.constexpr(-127)
 _UE8M0_BIAS = tl.constexpr(127)     # a stored exponent byte is the exponent plus this
 _encode_codes = _encode_fp8_e4m3fn
@@ -953,15 +997,6 @@ def _rescale_words(words, factor_lo, factor_hi, merge):
         lop3.b32 $0, codes, $1, $4, 0xE4;
         }""",  # lop3 0xE4: (codes & merge) | (old & ~merge)
         constraints="=r,r,r,r,r", args=[words, factor_lo, factor_hi, merge], dtype=tl.int32, is_pure=True, pack=1)
-
-
-@triton.jit
-def _slot_written(loc, num_slots):
-    """Whether slot ids `loc` are written by a call: not negative, not past the cache, not the sink."""
-    if _SINK_SLOT >= 0:
-        return (loc >= 0) & (loc < num_slots) & (loc != _SINK_SLOT)
-    else:
-        return (loc >= 0) & (loc < num_slots)
 
 
 @triton.jit
@@ -1768,20 +1803,15 @@ def _gather_dequant_kernel(
     and values.
     """
     _wait_for_previous(PDL, EARLY_RELEASE)
-    lane = tl.program_id(1) * LANE_GROUP + tl.program_id(0) % LANE_GROUP
-    token = tl.program_id(0) // LANE_GROUP * BLOCK_T + tl.arange(0, BLOCK_T)
+    lane, token = _grouped_lane_tokens(LANE_GROUP, BLOCK_T)
     head = lane % HEADS
     in_range = token < n_tokens
-    loc = tl.load(token_ids_ptr + token, mask=in_range, other=-1).to(tl.int64)
     # Negative ids and ids past the cache read as zeros.
-    ok = in_range & (loc >= 0) & (loc < num_slots)
-    loc = tl.where(ok, loc, 0)
-    page = loc // PAGE_SIZE
-    slot = loc % PAGE_SIZE
-    block = slot // 32
+    ok, page, slot = _read_targets(token_ids_ptr, token, in_range, num_slots, PAGE_SIZE)
+    block = _block_in_page(slot)
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
     rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
-    out_row = token.to(tl.int64) * v_out_stride_t + head * v_out_stride_h
+    out_row = _row_offset(token, head, v_out_stride_t, v_out_stride_h)
     # x: codes times their scales at sf[head, dim, block]
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE
@@ -1910,11 +1940,6 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
         t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
 
 # --- pure-torch references: the same bytes as the kernels, on any device -------------------------
-_CODE_DTYPES = {
-    "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F),
-}
-
-
 _F32_NAN_BITS = {16: 0x7FFF, 32: 0x7FFFFFFF}   # NaN the GPU writes when it converts to bf16/fp16, or computes in fp32
 
 
@@ -1959,37 +1984,142 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
     return torch.where(y.isnan(), nan.to(y.device).view(dtype), y)
 
 
-def _ref_x_exponent(amax_bits: torch.Tensor) -> torch.Tensor:
-    """Rule rceil: the unbiased exponent from amax's fp32 bits (see _x_exponent)."""
-    a = amax_bits.to(torch.int32).clamp(min=0xDA24260)
-    mantissa = a & 0x7FFFFF
-    e = (a >> 23) - (127 + 8)
-    e = e + (mantissa > 0x600000).to(torch.int32)
-    e = torch.where(a >= 0x7F800000, 127, e)
-    return e.clamp(-127, 127)
+_FP32_EXPONENT_ALL_ONES = 0x7F800000   # fp32 bits at and above which a magnitude is inf (NaN is masked out before)
 
 
-def _ref_x_load(flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
-    """Read scales at byte addresses `addr` as fp32 (see _x_load)."""
-    bits = flat[addr].to(torch.int32) << 23
-    bits = torch.where(bits == 0, 0x400000, bits)
-    return bits.view(torch.float32)
+_FP32_MANTISSA_MASK = 0x7FFFFF
 
 
-def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
-    """Pure-torch twin of append: the same leaders, windows and bytes (one leader at a time; pdl, a
-    launch option, is accepted and ignored)."""
+class _RefGroup(NamedTuple):
+    """A scale group as the references need it (the model's ScaleGroup and its ScaleFormat)."""
+    name: str
+    exact: bool               # rule exact: fp32 amax / fmax; else a power of two from amax's bits
+    format: str               # "ue8m0" (one biased exponent byte) or "fp32"
+    nbytes: int               # bytes of one stored scale
+    bias: int                 # ue8m0's exponent bias
+    exponent_max: int         # the largest exponent the format stores
+    zero_is_pow2: bool        # ue8m0 byte 0x00 reads as 2^-127 (else as 0)
+    floor_bits: int           # fp32 bits of the amax floor; 0: none
+    fmax: float               # largest finite value of the element format
+    fmax_exponent: int        # its exponent
+    above: int | None         # the rule's mantissa terms (formats.RuleTerms)
+    at_least: int | None
+    below: int | None
+    exponent_lo: int          # the clamp of the rule's exponent
+    exponent_hi: int
+    tile: int                 # values of one token that share a scale (1 for groups along slots)
+
+
+class _RefSegment(NamedTuple):
+    """A record segment for one geometry: its values, bytes and (quantized) scales."""
+    name: str
+    value_offset: int
+    values: int
+    byte_offset: int
+    nbytes: int
+    code: str | None          # element format of a quantized segment (a _CODE_DTYPES key)
+    raw: torch.dtype | None   # dtype of a raw segment
+    group: _RefGroup | None
+    tiles: int                # scales of one token and head (values groups) or values (slot groups)
+    scale_field: int          # the Cache field, within a plane, holding the scales
+    scale_row: object         # _ref_<group>_row (None without cache ops)
+    scale_stride: int         # bytes from one of a row's scales to the next
+    dense_column: int         # first byte of the segment's scales in a dense scale row
+
+    @property
+    def columns(self) -> slice:
+        return slice(self.value_offset, self.value_offset + self.values)
+
+    @property
+    def bytes(self) -> slice:
+        return slice(self.byte_offset, self.byte_offset + self.nbytes)
+
+
+def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+    """A power-of-two rule: the unbiased exponent from amax's fp32 bits (the kernels' _<group>_exponent):
+    the exponent of amax / fmax, bumped by the rule's mantissa terms; infinity gives the largest."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    mantissa = a & _FP32_MANTISSA_MASK
+    e = (a >> 23) - (127 + g.fmax_exponent)
+    if g.above is not None:
+        e = e + (mantissa > g.above).to(torch.int32)
+    if g.at_least is not None:
+        e = e + (mantissa >= g.at_least).to(torch.int32)
+    if g.below is not None:
+        e = e - (mantissa < g.below).to(torch.int32)
+    e = torch.where(a >= _FP32_EXPONENT_ALL_ONES, g.exponent_hi, e)
+    return e.clamp(g.exponent_lo, g.exponent_hi)
+
+
+def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (the kernels' _<group>_load)."""
+    if g.format == "ue8m0":
+        bits = flat[addr].to(torch.int32) << 23
+        if g.zero_is_pow2:
+            bits = torch.where(bits == 0, 1 << 22, bits)        # 2^-127, a subnormal
+        return bits.view(torch.float32)
+    return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
+
+
+def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
+    """The uint8 view of a plane's `index`-th Cache field."""
+    return _ref_bytes(cache[plane * (len(Cache._fields) // len(PLANES)) + index])
+
+
+def _ref_written(loc: torch.Tensor, num_pages: int, page_size: int) -> torch.Tensor:
+    """Which slots a writer stores: inside the cache, and not the sink slot."""
+    ok = (loc >= 0) & (loc < num_pages * page_size)
+    return ok if SINK_SLOT is None else ok & (loc != SINK_SLOT)
+
+
+def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
     page_size = _index(page_size, "page_size")
-    srcs, geo, num_pages = _prepare_store((v,), loc, cache, page_size)
+    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
+    G = SimpleNamespace(**geo)
+    device = token_ids.device
+    ids = token_ids.to(torch.int64)
+    ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
+    loc = torch.where(ok[:, 0, 0], ids, 0)
+    page = (loc // page_size)[:, None]
+    slot = (loc % page_size)[:, None]
+    block = slot // SCALE_GROUP_TOKENS
+    head = torch.arange(G.HEADS, device=device)[None, :]
+    segments = _ref_segments(G)
+    for plane, o in enumerate(outs):
+        records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        for seg in segments:
+            if seg.group is None:
+                raw = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
+                raw = torch.where(ok, raw.view(seg.raw), 0.0)
+                o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
+                continue
+            codes = records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)]
+            sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
+            tile = torch.arange(seg.tiles, device=device)
+            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride)
+            x = _ref_decode(codes, seg.code) * scale.repeat_interleave(seg.group.tile, -1)
+            o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
+    return outs[0] if len(PLANES) == 1 else outs
+
+
+def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
+    """One leader at a time: each slot whose block has no valid slot among the SCALE_GROUP_TOKENS rows
+    before it leads the rows of its block in the window after it (see docs/design.md, append)."""
+    page_size = _index(page_size, "page_size")
+    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
     G = SimpleNamespace(**geo)
     n_tokens, heads, values = srcs[0].shape
+    T = SCALE_GROUP_TOKENS
+    (seg,) = _ref_segments(G)
+    g = seg.group
     device = loc.device
     loc = loc.to(torch.int64)
-    valid = (loc >= 0) & (loc < num_pages * page_size)
-    block_of = torch.where(valid, loc // 32, -1)
+    valid = _ref_written(loc, num_pages, page_size)
+    block_of = torch.where(valid, loc // T, -1)
     index = torch.arange(n_tokens, device=device)
-    window = torch.arange(32, device=device)
-    before = index[:, None] - 32 + window[None, :]
+    window = torch.arange(T, device=device)
+    before = index[:, None] - T + window[None, :]
     led_before = ((before >= 0) & (block_of[before.clamp(min=0)] == block_of[:, None]) & valid[before.clamp(min=0)]).any(1)
     head = torch.arange(heads, device=device)[:, None]
     dim = torch.arange(values, device=device)[None, :]
@@ -1997,61 +2127,77 @@ def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int,
         after = n + window
         after = after[after < n_tokens]
         hit = after[valid[after] & (block_of[after] == block_of[n])]
-        first_loc = int(block_of[n]) * 32
+        first_loc = int(block_of[n]) * T
         page = first_loc // page_size
-        block = (first_loc % page_size) // 32
+        block = (first_loc % page_size) // T
         new_slots = loc[hit] % page_size
-        fresh = bool(((loc[hit] % 32) == 0).any())
-        kept = torch.tensor([s for s in range(32) if s not in set((new_slots % 32).tolist())], dtype=torch.int64,
-                            device=device)
+        fresh = bool(((loc[hit] % T) == 0).any())
+        written = set((new_slots % T).tolist())
+        kept = torch.tensor([s for s in range(T) if s not in written], dtype=torch.int64, device=device)
         kept_slot = first_loc % page_size + kept
         for plane, x in enumerate(srcs):
-            records = _ref_bytes(cache[plane * 2 + 0])
-            scales = _ref_bytes(cache[plane * 2 + 1])
-            sc_addr = page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + block * G.SF_X_BLOCK_STRIDE + dim * G.SF_X_DIM_STRIDE  # (heads, values)
-            stored = scales[sc_addr].to(torch.int32) - 127
-            rows = x[hit].to(torch.float32)                                 # (hits, heads, values)
-            exponent_new = _ref_x_exponent(_ref_magnitude_bits(rows).amax(0))
-            exponent_old = torch.full_like(stored, -127) if fresh else stored
+            records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+            scales = _ref_plane_fields(cache, plane, seg.scale_field)
+            sc_addr = seg.scale_row(G, page, None, head, block) + dim * seg.scale_stride   # (heads, values)
+            stored = scales[sc_addr].to(torch.int32) - g.bias
+            rows = x[hit].to(torch.float32)                                              # (hits, heads, values)
+            exponent_new = _ref_exponent(g, _ref_magnitude_bits(rows).amax(0))
+            exponent_old = torch.full_like(stored, g.exponent_lo) if fresh else stored
             exponent = torch.maximum(exponent_old, exponent_new)
             # kept slots of a block in use: rescale the columns whose exponent grew (a fresh block's are stale)
-            slot = kept_slot[:, None, None]
-            kept_row = page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE + dim          # (kept, heads, values)
+            kept_row = _ref_record_row(G, page, kept_slot[:, None, None], head) + seg.byte_offset + dim   # (kept, heads, values)
             grew = (exponent > exponent_old)[None].expand(kept_row.shape) & (not fresh)
-            old = _ref_decode(records[kept_row], "fp8_e4m3fn") * _ref_exp2i(exponent_old - exponent)
-            records[kept_row[grew]] = _ref_encode(old, "fp8_e4m3fn")[grew]
+            old = _ref_decode(records[kept_row], seg.code) * _ref_exp2i(exponent_old - exponent)
+            records[kept_row[grew]] = _ref_encode(old, seg.code)[grew]
             # new rows at the block's exponent
-            multiplier = torch.where(exponent > 127, 0.0, _ref_exp2i(-exponent))
-            slot = new_slots[:, None, None]
-            new_row = page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE + dim
-            records[new_row] = _ref_encode(rows * multiplier, "fp8_e4m3fn")
-            scales[sc_addr] = (exponent + 127).to(torch.uint8)
+            multiplier = torch.where(exponent > g.exponent_max, 0.0, _ref_exp2i(-exponent))
+            new_row = _ref_record_row(G, page, new_slots[:, None, None], head) + seg.byte_offset + dim
+            records[new_row] = _ref_encode(rows * multiplier, seg.code)
+            scales[sc_addr] = (exponent + g.bias).to(torch.uint8)
+
+
+# Element formats: spec dtype -> (torch dtype, fmax, NaN code).
+_CODE_DTYPES = {
+    "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F),
+}
+# The records' Cache field within a plane.
+_REF_RECORDS = 0
+# Scale groups: the rule and the stored format.
+_REF_GROUPS = {
+    "x": _RefGroup(
+        name="x", exact=False, format="ue8m0", nbytes=1, bias=127,
+        exponent_max=127, zero_is_pow2=True, floor_bits=0xDA24260,
+        fmax=448.0, fmax_exponent=8,
+        above=0x600000, at_least=None, below=None,
+        exponent_lo=-127, exponent_hi=127, tile=1),
+}
+
+
+def _ref_record_row(G, page, slot, head):
+    """Byte address of the record of (page, slot, head) in its plane's records buffer."""
+    return page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE
+
+
+def _ref_x_row(G, page, slot, head, block):
+    """Byte address of group x's first dim entry of (page, block, head) in its buffer."""
+    return page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + block * G.SF_X_BLOCK_STRIDE
+
+
+def _ref_segments(G) -> tuple:
+    """The record's segments for geometry G, in byte order."""
+    values = G.VALUES
+    return (
+        _RefSegment("x", value_offset=0, values=values, byte_offset=0, nbytes=values,
+                    code="fp8_e4m3fn", raw=None, group=_REF_GROUPS["x"], tiles=G.X_TILES, scale_field=1,
+                    scale_row=_ref_x_row, scale_stride=G.SF_X_DIM_STRIDE, dense_column=0),
+    )
+
+
+def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
+    """Pure-torch twin of append: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
+    _ref_append((v,), loc, cache, page_size)
 
 
 def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
-    page_size = _index(page_size, "page_size")
-    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
-    G = SimpleNamespace(**geo)
-    heads = G.HEADS
-    values = G.VALUES
-    ids = token_ids.to(torch.int64)
-    ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
-    loc = torch.where(ok[:, 0, 0], ids, 0)
-    page = (loc // page_size)[:, None]
-    slot = (loc % page_size)[:, None]
-    block = slot // 32
-    head = torch.arange(heads, device=ids.device)[None, :]
-    for plane, o in enumerate(outs):
-        records = _ref_bytes(cache[plane * 2 + 0])
-        rec_row = (page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE)[..., None]
-        # x
-        codes = records[rec_row + 0 + torch.arange(values, device=ids.device)]
-        scales = _ref_bytes(cache[plane * 2 + 1])
-        sc_row = (page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + block * G.SF_X_BLOCK_STRIDE)[..., None]
-        tile = torch.arange(G.X_TILES, device=ids.device)
-        scale = _ref_x_load(scales, sc_row + tile * G.SF_X_DIM_STRIDE)
-        x = _ref_decode(codes, "fp8_e4m3fn") * scale.repeat_interleave(1, -1)
-        x = torch.where(ok, x, 0.0)
-        o[..., 0:values] = _ref_cast(x, o.dtype, computed=True)
-    return outs[0] if len(PLANES) == 1 else outs
+    return _ref_gather_dequant(cache, token_ids, page_size, out)

@@ -51,10 +51,10 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
     fmax = element.fmax
     emax = element.fmax_exponent
     if rule == "exact":
-        got = getattr(m, f"_ref_{group}_exact_scale")(bits)
+        got = m._ref_exact_scale(m._REF_GROUPS[group], bits)
         assert torch.equal(got.view(torch.int32), (a / fmax).to(torch.float32).view(torch.int32))
         return
-    e = getattr(m, f"_ref_{group}_exponent")(bits).to(torch.float64)
+    e = m._ref_exponent(m._REF_GROUPS[group], bits).to(torch.float64)
     assert bool(((e >= lo) & (e <= hi)).all())
     free = (e > lo) & (e < hi) & (a >= 2.0 ** -126)      # not clamped, amax normal
     p = torch.exp2(e)
@@ -74,7 +74,7 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
         ok = ~free | ((torch.log2(a / fmax) - e).abs() <= 0.5)
     assert bool(ok.all()), amax[~ok][:5]
     # An infinite amax takes the largest exponent.
-    assert int(getattr(m, f"_ref_{group}_exponent")(torch.tensor([float("inf")]).view(torch.int32))) == hi
+    assert int(m._ref_exponent(m._REF_GROUPS[group], torch.tensor([float("inf")]).view(torch.int32))) == hi
 
 
 @triton.jit
@@ -93,7 +93,7 @@ def test_kernel_exponent_equals_the_reference(name, group, rule, element, floor,
     out = torch.empty_like(bits)
     block = 1 << 16
     _exponent_probe[(triton.cdiv(bits.numel(), block),)](bits, out, bits.numel(), getattr(m, f"_{group}_exponent"), block)
-    assert torch.equal(out.cpu(), getattr(m, f"_ref_{group}_exponent")(bits.cpu()).to(torch.int32))
+    assert torch.equal(out.cpu(), m._ref_exponent(m._REF_GROUPS[group], bits.cpu()).to(torch.int32))
 
 
 @pytest.mark.parametrize("name", [n for n in SPECS if "quantize" in module(n).OPS])

@@ -22,18 +22,9 @@ _F32_BIAS = tl.constexpr(127)
 _F32_MANTISSA_BITS = tl.constexpr(23)
 _UE8M0_BIAS = tl.constexpr(127)
 _encode_codes = _decode_codes = _block_exponent = _convert = _magnitude_bits = _exp2i = _rescale_words = None
-_wait_for_previous = _ue8m0_word_bytes = None
+_wait_for_previous = _ue8m0_word_bytes = _slot_written = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
-
-
-@triton.jit
-def _slot_written(loc, num_slots):
-    """Whether slot ids `loc` are written by a call: not negative, not past the cache, not the sink."""
-    if _SINK_SLOT >= 0:
-        return (loc >= 0) & (loc < num_slots) & (loc != _SINK_SLOT)
-    else:
-        return (loc >= 0) & (loc < num_slots)
 
 
 @triton.jit

@@ -1,0 +1,298 @@
+"""The pure-torch references of every generated module's ops: the same bytes as the kernels, on any
+device, written as plain loops over the layout's segments.
+
+A generated module describes its layout to this code with a reference sheet (templates/_ref_sheet.j2):
+  _ref_segments(G)                           what each record segment holds, for one geometry G;
+  _ref_record_row(G, page, slot, head)       the byte address of a record in its plane's buffer;
+  _ref_<group>_row(G, page, slot, head, block)  the address of a scale group's first entry there
+                                             (entry k sits k * segment.scale_stride further);
+  _REF_RECORDS, _REF_DENSE_DTYPES            the records' field within a plane, the dense op dtypes.
+Addresses come from the model's Placement (Layout.records / Layout.scales_of), so the references and
+the kernels read one placement; tests/oracle.py checks both against an independent byte builder.
+
+Everything below the COPY marker is copied into each generated module, except the functions of ops
+or rules the layout does not have (render.RUNTIME_OPTIONAL).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import NamedTuple
+
+import torch
+
+from .ref_numerics import _ref_bytes, _ref_cast, _ref_decode, _ref_encode, _ref_exp2i, _ref_magnitude_bits
+
+# Each generated module defines these (see the module docstring).
+PLANES: tuple = ()
+SINK_SLOT = None
+SCALE_GROUP_TOKENS = 1
+Cache = tuple
+_REF_RECORDS = 0
+_REF_DENSE_DTYPES = (torch.uint8, torch.uint8)
+_index = _prepare_gather = _prepare_store = _prepare_quantize = _prepare_dequantize = None
+_ref_segments = _ref_record_row = None
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+_FP32_EXPONENT_ALL_ONES = 0x7F800000   # fp32 bits at and above which a magnitude is inf (NaN is masked out before)
+_FP32_MANTISSA_MASK = 0x7FFFFF
+
+
+class _RefGroup(NamedTuple):
+    """A scale group as the references need it (the model's ScaleGroup and its ScaleFormat)."""
+    name: str
+    exact: bool               # rule exact: fp32 amax / fmax; else a power of two from amax's bits
+    format: str               # "ue8m0" (one biased exponent byte) or "fp32"
+    nbytes: int               # bytes of one stored scale
+    bias: int                 # ue8m0's exponent bias
+    exponent_max: int         # the largest exponent the format stores
+    zero_is_pow2: bool        # ue8m0 byte 0x00 reads as 2^-127 (else as 0)
+    floor_bits: int           # fp32 bits of the amax floor; 0: none
+    fmax: float               # largest finite value of the element format
+    fmax_exponent: int        # its exponent
+    above: int | None         # the rule's mantissa terms (formats.RuleTerms)
+    at_least: int | None
+    below: int | None
+    exponent_lo: int          # the clamp of the rule's exponent
+    exponent_hi: int
+    tile: int                 # values of one token that share a scale (1 for groups along slots)
+
+
+class _RefSegment(NamedTuple):
+    """A record segment for one geometry: its values, bytes and (quantized) scales."""
+    name: str
+    value_offset: int
+    values: int
+    byte_offset: int
+    nbytes: int
+    code: str | None          # element format of a quantized segment (a _CODE_DTYPES key)
+    raw: torch.dtype | None   # dtype of a raw segment
+    group: _RefGroup | None
+    tiles: int                # scales of one token and head (values groups) or values (slot groups)
+    scale_field: int          # the Cache field, within a plane, holding the scales
+    scale_row: object         # _ref_<group>_row (None without cache ops)
+    scale_stride: int         # bytes from one of a row's scales to the next
+    dense_column: int         # first byte of the segment's scales in a dense scale row
+
+    @property
+    def columns(self) -> slice:
+        return slice(self.value_offset, self.value_offset + self.values)
+
+    @property
+    def bytes(self) -> slice:
+        return slice(self.byte_offset, self.byte_offset + self.nbytes)
+
+
+def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+    """A power-of-two rule: the unbiased exponent from amax's fp32 bits (the kernels' _<group>_exponent):
+    the exponent of amax / fmax, bumped by the rule's mantissa terms; infinity gives the largest."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    mantissa = a & _FP32_MANTISSA_MASK
+    e = (a >> 23) - (127 + g.fmax_exponent)
+    if g.above is not None:
+        e = e + (mantissa > g.above).to(torch.int32)
+    if g.at_least is not None:
+        e = e + (mantissa >= g.at_least).to(torch.int32)
+    if g.below is not None:
+        e = e - (mantissa < g.below).to(torch.int32)
+    e = torch.where(a >= _FP32_EXPONENT_ALL_ONES, g.exponent_hi, e)
+    return e.clamp(g.exponent_lo, g.exponent_hi)
+
+
+def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+    """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
+    values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
+    its reciprocal, which is not)."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    return (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+
+
+def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale: torch.Tensor) -> None:
+    """Write scales (exact fp32 values, or exponents) at byte addresses `addr` of the uint8 view `flat`."""
+    if g.format == "ue8m0":
+        flat[addr] = (scale + g.bias).to(torch.uint8)
+        return
+    value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
+    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
+
+
+def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (the kernels' _<group>_load)."""
+    if g.format == "ue8m0":
+        bits = flat[addr].to(torch.int32) << 23
+        if g.zero_is_pow2:
+            bits = torch.where(bits == 0, 1 << 22, bits)        # 2^-127, a subnormal
+        return bits.view(torch.float32)
+    return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
+
+
+def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
+    """rows (..., seg.values) -> (codes as uint8 (..., seg.values), fp32 scales or exponents (..., tiles))."""
+    g = seg.group
+    x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
+    amax = _ref_magnitude_bits(x).amax(-1)
+    if g.exact:
+        scale = _ref_exact_scale(g, amax)
+        q = torch.where(scale[..., None] > 0, (x.to(torch.float64) / scale[..., None]).to(torch.float32), 0.0)
+    else:
+        scale = _ref_exponent(g, amax)
+        q = x * _ref_exp2i(-scale)[..., None]
+    return _ref_encode(q, seg.code).flatten(-2), scale
+
+
+def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
+    """The uint8 view of a plane's `index`-th Cache field."""
+    return _ref_bytes(cache[plane * (len(Cache._fields) // len(PLANES)) + index])
+
+
+def _ref_written(loc: torch.Tensor, num_pages: int, page_size: int) -> torch.Tensor:
+    """Which slots a writer stores: inside the cache, and not the sink slot."""
+    ok = (loc >= 0) & (loc < num_pages * page_size)
+    return ok if SINK_SLOT is None else ok & (loc != SINK_SLOT)
+
+
+def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
+    page_size = _index(page_size, "page_size")
+    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    G = SimpleNamespace(**geo)
+    device = loc.device
+    loc = loc.to(torch.int64)
+    token = _ref_written(loc, num_pages, page_size).nonzero().flatten()
+    page = (loc[token] // page_size)[:, None]
+    slot = (loc[token] % page_size)[:, None]
+    block = slot // SCALE_GROUP_TOKENS
+    head = torch.arange(G.HEADS, device=device)[None, :]
+    segments = _ref_segments(G)
+    for plane, x in enumerate(srcs):
+        x = x[token]                                                   # (n, heads, values)
+        records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        for seg in segments:
+            if seg.group is None:
+                raw = _ref_cast(x[..., seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
+                records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)] = raw
+                continue
+            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
+            records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)] = codes
+            sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
+            tile = torch.arange(seg.tiles, device=device)
+            _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride, scale)
+
+
+def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
+    page_size = _index(page_size, "page_size")
+    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
+    G = SimpleNamespace(**geo)
+    device = token_ids.device
+    ids = token_ids.to(torch.int64)
+    ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
+    loc = torch.where(ok[:, 0, 0], ids, 0)
+    page = (loc // page_size)[:, None]
+    slot = (loc % page_size)[:, None]
+    block = slot // SCALE_GROUP_TOKENS
+    head = torch.arange(G.HEADS, device=device)[None, :]
+    segments = _ref_segments(G)
+    for plane, o in enumerate(outs):
+        records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        for seg in segments:
+            if seg.group is None:
+                raw = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
+                raw = torch.where(ok, raw.view(seg.raw), 0.0)
+                o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
+                continue
+            codes = records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)]
+            sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
+            tile = torch.arange(seg.tiles, device=device)
+            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride)
+            x = _ref_decode(codes, seg.code) * scale.repeat_interleave(seg.group.tile, -1)
+            o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
+    return outs[0] if len(PLANES) == 1 else outs
+
+
+def _ref_quantize(x: torch.Tensor):
+    x2, lead, geo = _prepare_quantize(x)
+    G = SimpleNamespace(**geo)
+    n_rows = x2.shape[0]
+    data = torch.empty((n_rows, G.RECORD_BYTES), dtype=torch.uint8, device=x.device)
+    scale = torch.empty((n_rows, G.DENSE_SCALES), dtype=_REF_DENSE_DTYPES[1], device=x.device)
+    rows = torch.arange(n_rows, device=x.device)[:, None] * G.DENSE_SCALE_BYTES
+    for seg in _ref_segments(G):
+        if seg.group is None:
+            data[:, seg.bytes] = _ref_cast(x2[:, seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
+            continue
+        codes, group_scale = _ref_quantize_rows(seg, x2[:, seg.columns])
+        data[:, seg.bytes] = codes
+        tile = torch.arange(group_scale.shape[-1], device=x.device) * seg.group.nbytes
+        _ref_scale_store(seg.group, _ref_bytes(scale), rows + seg.dense_column + tile, group_scale)
+    return data.view(_REF_DENSE_DTYPES[0]).view(*lead, G.RECORD_BYTES), scale.view(*lead, G.DENSE_SCALES)
+
+
+def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
+    G = SimpleNamespace(**geo)
+    out = torch.empty((data2.shape[0], G.VALUES), dtype=out_dtype, device=data.device)
+    rows = torch.arange(data2.shape[0], device=data.device)[:, None] * G.DENSE_SCALE_BYTES
+    for seg in _ref_segments(G):
+        if seg.group is None:
+            out[:, seg.columns] = _ref_cast(data2[:, seg.bytes].contiguous().view(seg.raw), out_dtype, computed=False)
+            continue
+        tile = torch.arange(seg.tiles, device=data.device) * seg.group.nbytes
+        scale_f32 = _ref_scale_load(seg.group, _ref_bytes(scale2), rows + seg.dense_column + tile)
+        x = _ref_decode(data2[:, seg.bytes], seg.code) * scale_f32.repeat_interleave(seg.group.tile, -1)
+        out[:, seg.columns] = _ref_cast(x, out_dtype, computed=True)
+    return out.view(*lead, G.VALUES)
+
+
+def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
+    """One leader at a time: each slot whose block has no valid slot among the SCALE_GROUP_TOKENS rows
+    before it leads the rows of its block in the window after it (see docs/design.md, append)."""
+    page_size = _index(page_size, "page_size")
+    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    G = SimpleNamespace(**geo)
+    n_tokens, heads, values = srcs[0].shape
+    T = SCALE_GROUP_TOKENS
+    (seg,) = _ref_segments(G)
+    g = seg.group
+    device = loc.device
+    loc = loc.to(torch.int64)
+    valid = _ref_written(loc, num_pages, page_size)
+    block_of = torch.where(valid, loc // T, -1)
+    index = torch.arange(n_tokens, device=device)
+    window = torch.arange(T, device=device)
+    before = index[:, None] - T + window[None, :]
+    led_before = ((before >= 0) & (block_of[before.clamp(min=0)] == block_of[:, None]) & valid[before.clamp(min=0)]).any(1)
+    head = torch.arange(heads, device=device)[:, None]
+    dim = torch.arange(values, device=device)[None, :]
+    for n in (valid & ~led_before).nonzero().flatten().tolist():
+        after = n + window
+        after = after[after < n_tokens]
+        hit = after[valid[after] & (block_of[after] == block_of[n])]
+        first_loc = int(block_of[n]) * T
+        page = first_loc // page_size
+        block = (first_loc % page_size) // T
+        new_slots = loc[hit] % page_size
+        fresh = bool(((loc[hit] % T) == 0).any())
+        written = set((new_slots % T).tolist())
+        kept = torch.tensor([s for s in range(T) if s not in written], dtype=torch.int64, device=device)
+        kept_slot = first_loc % page_size + kept
+        for plane, x in enumerate(srcs):
+            records = _ref_plane_fields(cache, plane, _REF_RECORDS)
+            scales = _ref_plane_fields(cache, plane, seg.scale_field)
+            sc_addr = seg.scale_row(G, page, None, head, block) + dim * seg.scale_stride   # (heads, values)
+            stored = scales[sc_addr].to(torch.int32) - g.bias
+            rows = x[hit].to(torch.float32)                                              # (hits, heads, values)
+            exponent_new = _ref_exponent(g, _ref_magnitude_bits(rows).amax(0))
+            exponent_old = torch.full_like(stored, g.exponent_lo) if fresh else stored
+            exponent = torch.maximum(exponent_old, exponent_new)
+            # kept slots of a block in use: rescale the columns whose exponent grew (a fresh block's are stale)
+            kept_row = _ref_record_row(G, page, kept_slot[:, None, None], head) + seg.byte_offset + dim   # (kept, heads, values)
+            grew = (exponent > exponent_old)[None].expand(kept_row.shape) & (not fresh)
+            old = _ref_decode(records[kept_row], seg.code) * _ref_exp2i(exponent_old - exponent)
+            records[kept_row[grew]] = _ref_encode(old, seg.code)[grew]
+            # new rows at the block's exponent
+            multiplier = torch.where(exponent > g.exponent_max, 0.0, _ref_exp2i(-exponent))
+            new_row = _ref_record_row(G, page, new_slots[:, None, None], head) + seg.byte_offset + dim
+            records[new_row] = _ref_encode(rows * multiplier, seg.code)
+            scales[sc_addr] = (exponent + g.bias).to(torch.uint8)
