@@ -1,0 +1,211 @@
+"""Shipped specs against their peers' published quantizers, re-derived here from each peer's own
+source (FlashMLA's tests/quant.py, sglang's and vLLM's kernels and tests; the rules are restated,
+not copied), and against the peers' page layouts. Each test pins down exactly which values differ and
+why: where a peer departs from the spec's rule the mismatches must lie in the class the docstring
+names (docs/numerics.md has the table), everywhere else the bytes are equal.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.corpus import adversarial_rows, generator, scaled_normal
+from tests.layouts import module
+
+F32_FLOOR_1E4 = torch.tensor(1e-4, dtype=torch.float32)     # a C literal 1e-4 passed to fmaxf
+
+
+def peer_rows(width: int, seed: int) -> torch.Tensor:
+    """bf16 rows: fresh random ones over 2^-20 .. 2^20, tiny ones (amax below 0.0448), and the
+    adversarial corpus (every bf16 pattern, NaN/inf, ties, zero rows)."""
+    gen = generator(seed)
+    tiny = scaled_normal((64, width), gen) * 2.0 ** -12
+    return torch.cat([scaled_normal((256, width), gen), tiny.to(torch.bfloat16), adversarial_rows(width, gen)])
+
+
+def satfinite_e4m3(q: torch.Tensor) -> torch.Tensor:
+    """CUDA's __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3) / cvt.rn.satfinite.e4m3x2: round to
+    nearest even, saturate at +-448, any NaN -> 0x7F."""
+    codes = q.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return torch.where(q.isnan(), 0x7F, codes).to(torch.uint8)
+
+
+def amax_fmaxf(tiles: torch.Tensor) -> torch.Tensor:
+    """A CUDA fmaxf reduction of |x| from 0: NaN operands drop out."""
+    mag = tiles.abs()
+    return torch.where(mag.isnan(), 0.0, mag).amax(-1)
+
+
+def tiles_with(tiles: torch.Tensor, bad) -> torch.Tensor:
+    return bad(tiles).any(-1)
+
+
+# --- ds41_mla: DeepSeek-V4.1, 512 e4m3 + 16 ue8m0 per token ------------------------------------------
+
+def flashmla_v41(x: torch.Tensor) -> tuple:
+    """FlashMLA tests/quant.py (KVCacheLayout.V41_FP8Sparse): s = 2^ceil(log2(max(amax / 448, 1e-4)))
+    per 32 values in fp32 torch ops, codes (x / s).to(float8_e4m3fn), scales s as float8_e8m0fnu."""
+    t = x.float().unflatten(-1, (-1, 32))
+    amax = t.abs().amax(-1)                                          # torch's amax: NaN propagates
+    s = torch.pow(2, torch.clamp_min(amax / 448.0, 1e-4).log2().ceil())
+    codes = (t / s[..., None]).to(torch.float8_e4m3fn).view(torch.uint8).flatten(-2)
+    return codes, s.to(torch.float8_e8m0fnu).view(torch.uint8)
+
+
+def sglang_v41(x: torch.Tensor) -> tuple:
+    """sglang deepseek_v4 v41::store_row_fp8: biased byte e = max((bits(amax) >> 23) - 8 +
+    (mantissa(amax) > 0x600000), 114) with amax an fmaxf reduction, codes x * 2^(127 - e) through
+    cvt.rn.satfinite."""
+    t = x.float().unflatten(-1, (-1, 32))
+    bits = amax_fmaxf(t).view(torch.int32)
+    byte = ((bits >> 23) - 8 + ((bits & 0x7FFFFF) > 0x600000).to(torch.int32)).clamp(min=114)
+    inverse = torch.exp2((127 - byte).double()).float()
+    return satfinite_e4m3(t * inverse[..., None]).flatten(-2), byte.to(torch.uint8)
+
+
+def vllm_v41(x: torch.Tensor) -> tuple:
+    """vLLM deepseek_v41 _quantize_and_insert_k_mxfp8_kernel: amax = max(max |x|, 1e-4) (the floor on
+    amax), e = ceil(log2(amax * (1 / 448))) in fp32, codes clamp(x * 2^-e, +-448) cast to e4m3,
+    byte clamp(e + 127, 0, 255). log2 is taken exactly here (Triton's GPU log2 is approximate)."""
+    t = x.float().unflatten(-1, (-1, 32))
+    amax = torch.maximum(amax_fmaxf(t), F32_FLOOR_1E4)
+    e = torch.ceil(torch.log2((amax * torch.tensor(1 / 448, dtype=torch.float32)).double()))
+    codes = satfinite_e4m3(t * torch.exp2(-e).float()[..., None])
+    return codes.flatten(-2), (e + 127).clamp(0, 255).to(torch.uint8)
+
+
+def ds41_quantized(x: torch.Tensor) -> tuple:
+    data, scale = module("ds41_mla").quantize_ref(x)
+    return data.view(torch.uint8), scale.view(torch.uint8)
+
+
+def _mismatched_tiles(ours: tuple, theirs: tuple, tile: int) -> torch.Tensor:
+    """Per (row, scale tile): whether its codes or its scale differ."""
+    (codes, scales), (peer_codes, peer_scales) = ours, theirs
+    differ = (codes != peer_codes).unflatten(-1, (-1, tile)).any(-1)
+    return differ | (scales != peer_scales)
+
+
+def test_ds41_mla_equals_sglangs_integer_rule_on_every_input():
+    """sglang's writer is the spec's rule exactly, NaN and inf included (fmaxf drops a NaN from the
+    amax, an infinite amax gives byte 247 = 2^120)."""
+    x = peer_rows(512, 41)
+    assert not _mismatched_tiles(ds41_quantized(x), sglang_v41(x), 32).any()
+
+
+def test_ds41_mla_equals_flashmlas_reference_except_where_it_propagates_nan():
+    """FlashMLA's reference takes torch's amax, which propagates NaN: a tile holding a NaN or an
+    infinity gets a NaN scale (byte 0xFF) and NaN codes there. Every other tile is equal."""
+    x = peer_rows(512, 41)
+    tiles = x.float().unflatten(-1, (-1, 32))
+    differ = _mismatched_tiles(ds41_quantized(x), flashmla_v41(x), 32)
+    poisoned = tiles_with(tiles, lambda t: ~t.isfinite())
+    assert bool(differ[poisoned].all()) and not differ[~poisoned].any()
+
+
+def test_ds41_mla_differs_from_vllms_writer_only_below_its_amax_floor():
+    """vLLM floors amax at 1e-4 (scale >= 2^-22) where FlashMLA floors amax / 448 (scale >= 2^-13):
+    the tiles with amax < 448e-4 get another scale byte; an infinite amax gives vLLM's byte 255
+    (e = +inf, clamped) where sglang's bit form gives 247. All other tiles are equal. (A NaN's fate
+    in vLLM's Triton max is not modelled: those tiles are not compared.)"""
+    x = peer_rows(512, 41)
+    tiles = x.float().unflatten(-1, (-1, 32))
+    differ = _mismatched_tiles(ds41_quantized(x), vllm_v41(x), 32)
+    small = amax_fmaxf(tiles) < 448 * 1e-4
+    infinite = tiles_with(tiles, lambda t: t.isinf())
+    compared = ~tiles_with(tiles, lambda t: t.isnan())
+    assert bool(differ[infinite & compared].all())
+    assert not differ[~small & ~infinite & compared].any()
+    # every small tile whose vLLM exponent falls below -13 differs in its byte, the others not
+    e_vllm = vllm_v41(x)[1].to(torch.int32) - 127
+    assert torch.equal(differ[small & compared], (e_vllm < -13)[small & compared])
+
+
+def test_ds41_mla_pages_are_flashmlas():
+    """FlashMLA V41 pages: [page_size x 512 code bytes][page_size x 16 scale bytes], rounded up to a
+    multiple of 512; slot s of page p at p * page_bytes + s * 512, its scales at + P * 512 + s * 16."""
+    m = module("ds41_mla")
+    page = 48                                             # not a multiple of 32: the page is padded
+    page_bytes = -(-page * 528 // 512) * 512
+    x = peer_rows(512, 7)[:96]
+    loc = torch.randperm(4 * page, generator=generator(8))[:96]
+    cache = m.alloc_cache(4, page)
+    m.quantize_store_ref(x, loc, cache, page)
+    assert cache.k_cache.numel() == 4 * page_bytes
+    flat = cache.k_cache.view(-1)
+    codes, scales = ds41_quantized(x)
+    base = (loc // page) * page_bytes
+    slot = loc % page
+    assert torch.equal(flat[(base + slot * 512)[:, None] + torch.arange(512)], codes)
+    assert torch.equal(flat[(base + page * 512 + slot * 16)[:, None] + torch.arange(16)], scales)
+
+
+# --- ds32_indexer: DeepSeek-V3.2 indexer K, 128 e4m3 + one fp32 scale per token ----------------------
+
+def vllm_indexer(x: torch.Tensor) -> tuple:
+    """vLLM indexer_k_quant_and_cache, fp32 scale format: scale = fmaxf(amax, 1e-4) / 448 (an fp32
+    division), codes __nv_cvt_float_to_fp8(x / scale, SATFINITE) (an fp32 division)."""
+    t = x.float()
+    scale = (torch.maximum(amax_fmaxf(t), F32_FLOOR_1E4).double() / 448).float()
+    codes = satfinite_e4m3((t.double() / scale.double()[:, None]).float())
+    return codes, scale
+
+
+def vllm_indexer_test_reference(x: torch.Tensor) -> tuple:
+    """vLLM tests' kv_cache_cast_to_fp8: sf = amax.clamp(1e-4) / 448, codes (x * (1.0 / sf)) cast to
+    float8_e4m3fn (torch's amax: NaN propagates)."""
+    t = x.float()
+    sf = t.abs().amax(-1).clamp(1e-4) / 448.0
+    return (t * (1.0 / sf)[:, None]).to(torch.float8_e4m3fn).view(torch.uint8), sf
+
+
+def ds32_quantized(x: torch.Tensor) -> tuple:
+    data, scale = module("ds32_indexer").quantize_ref(x)
+    return data.view(torch.uint8), scale[:, 0]
+
+
+def _indexer_mismatches(ours: tuple, theirs: tuple) -> tuple:
+    (codes, scale), (peer_codes, peer_scale) = ours, theirs
+    same_scale = scale.view(torch.int32) == peer_scale.view(torch.int32)
+    return codes != peer_codes, ~same_scale
+
+
+def test_ds32_indexer_equals_vllms_kernel_on_every_input():
+    x = peer_rows(128, 32)
+    codes, scales = _indexer_mismatches(ds32_quantized(x), vllm_indexer(x))
+    assert not codes.any() and not scales.any()
+
+
+def test_ds32_indexer_differs_from_vllms_test_reference_by_its_reciprocal():
+    """vLLM's test reference multiplies by a rounded reciprocal (two roundings): some codes land on
+    the neighbouring code, and only in rows whose scale is not a power of two (else the reciprocal
+    is exact); rows holding a NaN or infinity are NaN there (torch's amax). The scales of all
+    finite rows are equal."""
+    x = peer_rows(128, 32)
+    ours, theirs = ds32_quantized(x), vllm_indexer_test_reference(x)
+    codes, scales = _indexer_mismatches(ours, theirs)
+    finite = x.float().isfinite().all(-1)
+    assert not scales[finite].any()
+    power_of_two = (ours[1].view(torch.int32) & 0x7FFFFF) == 0
+    assert not codes[finite & power_of_two].any()
+    off = codes & finite[:, None]
+    assert off.any()                                  # the corpus does reach the double rounding
+    assert bool(((ours[0].to(torch.int32) - theirs[0].to(torch.int32)).abs()[off] == 1).all())
+
+
+def test_ds32_indexer_pages_are_vllms():
+    """vLLM's indexer cache (num_blocks, block_size, 132) uint8: per block [block_size x 128 codes]
+    then [block_size x fp32 scale]; slot s of block b at b * P * 132 + s * 128, its scale at
+    b * P * 132 + P * 128 + s * 4."""
+    m = module("ds32_indexer")
+    page = 64
+    x = peer_rows(128, 9)[:200]
+    loc = torch.randperm(4 * page, generator=generator(10))[:200]
+    cache = m.Cache(torch.zeros(4, page, 132, dtype=torch.uint8))
+    m.quantize_store_ref(x, loc, cache, page)
+    flat = cache.k_cache.view(-1)
+    codes, scale = ds32_quantized(x)
+    base = (loc // page) * page * 132
+    slot = loc % page
+    assert torch.equal(flat[(base + slot * 128)[:, None] + torch.arange(128)], codes)
+    assert torch.equal(flat[(base + page * 128 + slot * 4)[:, None] + torch.arange(4)], scale[:, None].contiguous().view(torch.uint8).view(-1, 4))
