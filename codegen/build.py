@@ -78,7 +78,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
         checks.append((sym(PAGE_SIZE), multiple, f"page_size must be a multiple of {multiple}"))
 
     groups = _scale_groups(tree)
-    segments, record_bytes, values = _segments(tree, groups, checks)
+    segments, record_bytes, values, inline = _segments(tree, groups, checks)
     groups = {name: _finish_group(g, segments, tree, multiple, checks) for name, g in groups.items()}
     segments = tuple(_attach_scale(s, groups) for s in segments)
     if len({g.kind for g in groups.values()}) > 1:
@@ -89,7 +89,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                         "drop the other segments")
 
     ctx = dict(heads=heads, multiple=multiple, record_bytes=record_bytes, values=values, groups=groups,
-               checks=checks)
+               checks=checks, inline=inline)
     buffers = tuple(_buffer(name, tree["buffers"], ctx, align, segments) for name in tree["buffers"])
     _check_placement(tree, buffers, groups)
     records = next(r for b in buffers for r in b.regions if r.holds == "records")
@@ -110,7 +110,8 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     for g in groups.values():
         if g.format.nbytes > 1:
             region = next(r for b in buffers for r in b.regions if r.holds == g.name)
-            _check_alignment(region, buffers, g.format.nbytes, f"{g.format.name} scales of {g.name!r}", tree, checks)
+            _check_alignment(records if region.inline else region, buffers, g.format.nbytes,
+                             f"{g.format.name} scales of {g.name!r}", tree, checks)
 
     # Buffer, region and coordinate names join into the constexpr names kernels take (buffer a's
     # group b_c and buffer a_b's group c both give A_B_C_OFFSET): they must come out distinct.
@@ -128,6 +129,11 @@ def build_layout(tree, display: str, digest: str) -> Layout:
             raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} is not available for "
                             f"{'a ' + kind + '-grouped' if kind else 'an unscaled'} layout",
                             f"use {', '.join(OPS_BY_SCALE_KIND[kind])}")
+    for i, op in enumerate(ops):
+        if op in ("quantize", "dequantize") and inline:
+            raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} returns records and scales apart, which a "
+                            "layout with scales in the record does not have (yet)",
+                            "drop quantize and dequantize; quantize_store and gather_dequant work")
     if {"quantize", "dequantize"} & set(ops) and len({g.format.name for g in groups.values()}) > 1:
         raise SpecError(tree.value_mark("scales"), "scales: quantize/dequantize return one scale tensor, so their "
                         "scale groups must share one format", "use one format, or drop the dense ops")
@@ -214,11 +220,15 @@ def _scale_groups(tree) -> dict:
 
 
 def _segments(tree, groups, checks):
+    """The record's value segments and where each group stored inline sits: (segments as dicts,
+    record bytes, values, {group: (record byte offset, mark)})."""
     record = tree["record"]
     names = set()
-    value_offset, byte_offset = const(0), const(0)
-    out = []
+    value_offset = const(0)
+    out = {}
     for i, seg in enumerate(record):
+        if "scales" in seg:
+            continue
         mark = record.item_mark(i)
         where = f"record[{i}]"
         if seg["name"] in names:
@@ -226,7 +236,7 @@ def _segments(tree, groups, checks):
                             "give each segment its own name")
         names.add(seg["name"])
         if seg["values"] == "any":
-            if len(record) != 1:
+            if sum("scales" not in item for item in record) != 1:
                 raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' is only allowed in a one-segment record",
                                 "give the width as a number")
             if seg["dtype"] not in ELEMENT_FORMATS:
@@ -251,19 +261,53 @@ def _segments(tree, groups, checks):
                 raise SpecError(seg.value_mark("scale"), f"{where}.scale: group {seg['scale']!r} already scales "
                                 f"segment {g['segment']!r}", "give each quantized segment its own scale group")
             g["segment"] = seg["name"]
-        width = nvalues * (raw.nbytes if raw else 1)
-        if raw is not None and byte_offset.is_const and byte_offset.const_value() % raw.nbytes:
-            raise SpecError(mark, f"{where}: {dtype} segment starts at record byte {byte_offset.const_value()}, "
-                            f"not a multiple of {raw.nbytes}", "reorder the segments so wider dtypes come first")
-        out.append(dict(name=seg["name"], dtype=dtype, values=nvalues, value_offset=value_offset,
-                        byte_offset=byte_offset, nbytes=width, element=element, raw=raw, scale=seg["scale"],
-                        mark=mark))
-        value_offset, byte_offset = value_offset + nvalues, byte_offset + width
+        out[i] = dict(name=seg["name"], dtype=dtype, values=nvalues, value_offset=value_offset, byte_offset=None,
+                      nbytes=nvalues * (raw.nbytes if raw else 1), element=element, raw=raw, scale=seg["scale"],
+                      mark=mark)
+        value_offset = value_offset + nvalues
     for name, g in groups.items():
         if g["segment"] is None:
             raise SpecError(g["mark"], f"scales.{name}: no segment uses this scale group",
                             f"add 'scale: {name}' to a segment, or remove the group")
-    return out, byte_offset, value_offset
+    # Byte offsets, in record order: value segments and inline scales.
+    byte_offset = const(0)
+    inline = {}
+    for i, item in enumerate(record):
+        mark, where = record.item_mark(i), f"record[{i}]"
+        if i in out:
+            s = out[i]
+            raw = s["raw"]
+            if raw is not None and byte_offset.is_const and byte_offset.const_value() % raw.nbytes:
+                raise SpecError(mark, f"{where}: {s['dtype']} segment starts at record byte {byte_offset.const_value()}, "
+                                f"not a multiple of {raw.nbytes}", "reorder the segments so wider dtypes come first")
+            s["byte_offset"] = byte_offset
+            byte_offset = byte_offset + s["nbytes"]
+            continue
+        name = item["scales"]
+        g = groups.get(name)
+        if g is None:
+            raise SpecError(item.value_mark("scales"), f"{where}.scales: no scale group named {name!r}",
+                            f"define it under 'scales:' (known: {', '.join(groups) or 'none'})")
+        if name in inline:
+            raise SpecError(item.value_mark("scales"), f"{where}.scales: group {name!r} is already stored at record "
+                            f"byte {inline[name][0].render()}", "store a group's scales once")
+        if g["kind"] != "values":
+            raise SpecError(item.value_mark("scales"), f"{where}.scales: only {{values: N}} groups sit in the record "
+                            f"({name!r} is a {{tokens: N}} group, shared by slots)", f"place {name} in a buffer region")
+        seg = next(s for s in out.values() if s["name"] == g["segment"])
+        pad = g["tree"]["pad_to"]
+        count = const(pad) if pad is not None else seg["values"] // g["size"]
+        if not count.is_const:
+            raise SpecError(item.value_mark("scales"), f"{where}.scales: group {name!r} has a scale count known only at "
+                            "call time, so the record would have no fixed size", "give the segment a fixed width")
+        size = g["format"].nbytes
+        if byte_offset.const_value() % size:
+            raise SpecError(mark, f"{where}: {g['format'].name} scales of {name!r} start at record byte "
+                            f"{byte_offset.const_value()}, not a multiple of {size}",
+                            "reorder the record so wider entries come first")
+        inline[name] = (byte_offset, mark)
+        byte_offset = byte_offset + count * size
+    return [out[i] for i in sorted(out)], byte_offset, value_offset, inline
 
 
 def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
@@ -331,6 +375,10 @@ def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
     for i, rt in enumerate(regions_tree):
         where = f"buffers.{name}[{i}]"
         holds = rt["holds"]
+        if holds in ctx["inline"]:
+            line = ctx["inline"][holds][1].line
+            raise SpecError(rt.value_mark("holds"), f"{where}.holds: the scales of {holds!r} are stored in the record "
+                            f"(line {line}), not in a region", f"remove this region, or the record's {{scales: {holds}}}")
         if holds == "records":
             kind, element_bytes = "records", ctx["record_bytes"]
         elif holds in ctx["groups"]:
@@ -354,10 +402,25 @@ def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
         regions.append(Region(buffer=name, holds=holds, terms=region_terms, element_bytes=element_bytes,
                               offset=offset, nbytes=span, offset_name=f"{prefix}_OFFSET"))
         offset = offset + span
+    records = next((r for r in regions if r.holds == "records"), None)
+    if records is not None:
+        regions.extend(_inline_region(records, name, ctx["groups"][g], at) for g, (at, _) in ctx["inline"].items())
     page_bytes = round_up(offset, align)
-    dtype, shape = _natural_shape(regions, page_bytes, align, segments)
+    dtype, shape = _natural_shape([r for r in regions if not r.inline], page_bytes, align, segments)
     return Buffer(name=name, regions=tuple(regions), page_bytes=page_bytes, align=align,
                   page_bytes_name=f"{name.upper()}_PAGE_BYTES", torch_dtype=dtype, shape=shape)
+
+
+def _inline_region(records: Region, buffer: str, g: ScaleGroup, at: Expr) -> Region:
+    """A group's scales inside each record: the records' coordinates and strides, then the scale
+    index (entry by entry), `at` bytes into the record."""
+    prefix, records_prefix = f"{buffer}_{g.name}".upper(), f"{buffer}_records".upper()
+    terms = tuple(Term(coord=t.coord, op=t.op, n=t.n, extent=t.extent, stride=t.stride,
+                       const_name=prefix + t.const_name.removeprefix(records_prefix)) for t in records.terms)
+    size = const(g.format.nbytes)
+    terms += (Term(coord="scale", op=None, n=None, extent=g.padded_count, stride=size, const_name=f"{prefix}_SCALE_STRIDE"),)
+    return Region(buffer=buffer, holds=g.name, terms=terms, element_bytes=size, offset=records.offset + at,
+                  nbytes=g.padded_count * size, offset_name=f"{prefix}_OFFSET", inline=True, record_offset=at)
 
 
 def _base_extents(kind, ctx, holds) -> dict:

@@ -23,24 +23,33 @@ def explain(layout: Layout, sizes: dict) -> str:
     lines = [f"{layout.name} ({layout.spec_path}) at page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]}",
              f"planes: {', '.join(layout.planes)} (each has its own buffers)",
              f"record: {ev(layout.record_bytes)} bytes per token and head"]
-    for s in layout.segments:
-        start, size = ev(s.byte_offset), ev(s.nbytes)
+    for start, end, s, inline in layout.record_parts:
+        start, end = ev(start), ev(end)
+        if inline is not None:
+            n = ev(inline.padded_count)
+            lines.append(f"  bytes [{start:>5}, {end:>5})  {inline.name:<6} {n:>4} x {inline.format.name:<11} "
+                         f"scales of {inline.segment}, in the record")
+            continue
         v0, nv = ev(s.value_offset), ev(s.values)
         scale = ""
         if s.quantized:
             g = s.scale
             per = f"one per {g.size} values" if g.kind == "values" else f"one per {g.size} slots per value index"
             scale = f"  scales: {g.name} ({g.format.name}, {g.rule}, {per})"
-        lines.append(f"  bytes [{start:>5}, {start + size:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
+        lines.append(f"  bytes [{start:>5}, {end:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
                      f"values [{v0}, {v0 + nv}){scale}")
     for b in layout.buffers:
         page_bytes = ev(b.page_bytes)
-        used = sum(ev(r.nbytes) for r in b.regions)
+        used = sum(ev(r.nbytes) for r in b.regions if not r.inline)
         lines.append(f"buffer {b.name}: {page_bytes} bytes per page, alloc shape "
                      f"(num_pages, {', '.join(str(ev(d)) for d in b.shape)}) {b.torch_dtype}")
         for r in b.regions:
             dims = ", ".join(f"{t.text}:{ev(t.extent)}" for t in r.terms)
             strides = ", ".join(f"{t.text}={ev(t.stride)}" for t in r.terms)
+            if r.inline:
+                lines.append(f"    in each record at +{ev(r.record_offset)}: {r.holds} scales [{dims}] x "
+                             f"{ev(r.element_bytes)} B; strides {strides}")
+                continue
             what = "records" if r.holds == "records" else f"{r.holds} scales"
             lines.append(f"  bytes [{ev(r.offset):>7}, {ev(r.offset) + ev(r.nbytes):>7})  {what} [{dims}] "
                          f"x {ev(r.element_bytes)} B; strides {strides}")

@@ -40,6 +40,12 @@ SEGMENT = Obj(title="a record segment", fields={
                    "the scale group (key of 'scales') that quantizes this segment", None),
 })
 
+INLINE_SCALES = Obj(title="a group's scales inside the record", fields={
+    "scales": Field(Str(pattern=IDENT, what="a scale group name"),
+                    "a {values: N} scale group (key of 'scales') whose entries for the token and head sit here, in the "
+                    "record, in scale order (pad_to entries, padding included); such a group has no buffer region"),
+})
+
 SCALE_GROUP = Obj(title="a scale group", fields={
     "format": Field(Str(enum=SCALE_FORMATS),
                     "how one scale is stored: ue8m0 = one byte, the power-of-two exponent + 127; fp32 = the scale "
@@ -132,7 +138,9 @@ LAYOUT = Obj(title="a layout spec", fields={
     "page": Field(PAGE, "page-size constraint and per-page byte padding", {"size_multiple_of": 1, "align": 1}),
     "slots": Field(SLOTS, "which slots are never written (negative slots and slots past the cache always are)",
                    {"sink": None}),
-    "record": Field(ListOf(SEGMENT, min_items=1), "the byte record of one token and head: segments in byte order"),
+    "record": Field(ListOf(OneOf((SEGMENT, INLINE_SCALES)), min_items=1),
+                    "the byte record of one token and head in byte order: segments of values, and the scales of groups "
+                    "stored inline ({scales: <group>})"),
     "scales": Field(MapOf(SCALE_GROUP), "scale groups by name", {}),
     "buffers": Field(MapOf(ListOf(REGION, min_items=1), min_items=1),
                      "the cache tensors of one plane, by name; each is a run of pages and each page the listed regions "

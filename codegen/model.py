@@ -142,8 +142,10 @@ class Region:
     terms: tuple                  # Term, outermost first
     element_bytes: Expr           # one record, or one scale
     offset: Expr                  # byte offset inside the page
-    nbytes: Expr                  # bytes inside one page
+    nbytes: Expr                  # bytes inside one page (inline: inside one record)
     offset_name: str              # constexpr name carrying ``offset``
+    inline: bool = False          # a group's scales inside each record (its terms: the records', then scale)
+    record_offset: Expr | None = None   # inline: the first scale's byte within the record
 
     def term(self, coord: str) -> tuple:
         return tuple(t for t in self.terms if t.coord == coord)
@@ -292,6 +294,16 @@ class Layout:
         buffer's page bytes, the region's offset and its strides."""
         where = self.records
         return [where.buffer.page_bytes_name, where.region.offset_name] + [t.const_name for t in where.terms]
+
+    @property
+    def record_parts(self) -> tuple:
+        """The record in byte order: (first byte, end byte, segment or None, inline scale group or None)."""
+        parts = [(s.byte_offset, s.byte_end, s, None) for s in self.segments]
+        for g in self.scales:
+            r = self.scales_of(g.name).region
+            if r.inline:
+                parts.append((r.record_offset, r.record_offset + r.nbytes, None, g))
+        return tuple(sorted(parts, key=lambda p: p[0].const_value() if p[0].is_const else 0))
 
     @property
     def regions(self) -> tuple:

@@ -155,10 +155,14 @@ class OneOf(Type):
                 return option.check(value, mark, where)
             except SpecError as err:
                 errors.append(err)
-        # A mapping or list that matched the shape of one option: report that option's error.
+        # A mapping: report the error of the mapping option sharing most of its keys (the first on ties);
+        # a list: the list option's.
+        if isinstance(value, MarkedDict):
+            objs = [(option, err) for option, err in zip(self.options, errors) if isinstance(option, Obj)]
+            if objs:
+                raise max(objs, key=lambda oe: len(set(value) & set(oe[0].fields)))[1]
         for option, err in zip(self.options, errors):
-            if isinstance(value, MarkedDict) and isinstance(option, Obj) or \
-               isinstance(value, MarkedList) and isinstance(option, ListOf):
+            if isinstance(value, MarkedList) and isinstance(option, ListOf):
                 raise err
         # Otherwise the first option's hint that says more than the type (a range, a close name).
         fix = next((err.fix for option, err in zip(self.options, errors) if err.fix and not isinstance(option, Null)),
@@ -297,19 +301,15 @@ def field_rows(obj: Obj, prefix: str = ""):
         path = f"{prefix}{name}"
         default = "required" if f.required else repr(f.default)
         yield path, f.type.doc_name, default, f.doc
-        inner = f.type
-        suffix = ""
-        while True:
-            if isinstance(inner, ListOf):
-                inner, suffix = inner.item, suffix + "[]"
-            elif isinstance(inner, MapOf):
-                inner, suffix = inner.value, suffix + ".<name>"
-            elif isinstance(inner, OneOf):
-                objs = [o for o in inner.options if isinstance(o, (Obj, ListOf, MapOf))]
-                if not objs:
-                    break
-                inner = objs[0]
-            else:
-                break
-        if isinstance(inner, Obj):
-            yield from field_rows(inner, f"{path}{suffix}.")
+        yield from _inner_rows(f.type, path, "")
+
+
+def _inner_rows(inner, path: str, suffix: str):
+    """The field rows of the mappings inside a field's type (every mapping option of a OneOf)."""
+    while isinstance(inner, (ListOf, MapOf)):
+        inner, suffix = (inner.item, suffix + "[]") if isinstance(inner, ListOf) else (inner.value, suffix + ".<name>")
+    if isinstance(inner, OneOf):
+        for option in inner.options:
+            yield from _inner_rows(option, path, suffix)
+    elif isinstance(inner, Obj):
+        yield from field_rows(inner, f"{path}{suffix}.")

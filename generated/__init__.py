@@ -2,6 +2,7 @@
 """kvlayout generated modules, one per layout spec.
 
   ds32_indexer
+  ds32_mla
   ds41_mla
   dsv4_k
   mxfp8_kv

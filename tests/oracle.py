@@ -165,12 +165,24 @@ class Spec:
     def segment_values(self, seg, values: int) -> int:
         return values if seg["values"] == "any" else seg["values"]
 
-    def segment_bytes(self, seg, values: int) -> int:
-        width = 1 if seg["dtype"] in ELEMENTS else RAW[seg["dtype"]][1]
-        return self.segment_values(seg, values) * width
+    def item_bytes(self, item, values: int) -> int:
+        """Bytes of one record item: a segment's values, or a group's scales stored in the record."""
+        if "scales" in item:
+            return self.scale_entries(item["scales"], values) * self.scale_bytes(item["scales"])
+        width = 1 if item["dtype"] in ELEMENTS else RAW[item["dtype"]][1]
+        return self.segment_values(item, values) * width
 
     def record_bytes(self, values: int) -> int:
-        return sum(self.segment_bytes(s, values) for s in self.record)
+        return sum(self.item_bytes(s, values) for s in self.record)
+
+    def inline_offset(self, name: str, values: int) -> int | None:
+        """The record byte where group `name`'s scales start if they sit in the record, else None."""
+        b = 0
+        for item in self.record:
+            if item.get("scales") == name:
+                return b
+            b += self.item_bytes(item, values)
+        return None
 
     def group_of(self, name: str) -> tuple:
         (kind, size), = self.scales[name]["group"].items()
@@ -210,7 +222,12 @@ class Spec:
 
     def position(self, holds: str, coords: dict, page: int, heads: int, values: int) -> tuple:
         """(buffer, byte offset within a page) of one record (slot, head) or one scale entry
-        (slot, head, scale) / (block, head, dim): a mixed-radix count over the region's order."""
+        (slot, head, scale) / (block, head, dim): a mixed-radix count over the region's order;
+        scales in the record sit in their slot's record, one entry after the other."""
+        inline = self.inline_offset(holds, values) if holds != "records" else None
+        if inline is not None:
+            buffer, record = self.position("records", coords, page, heads, values)
+            return buffer, record + inline + coords["scale"] * self.scale_bytes(holds)
         for buffer, regions in self.buffers.items():
             offset = 0
             for region in regions:
@@ -313,10 +330,11 @@ class CacheBytes:
 def _segment_offsets(spec: Spec, values: int):
     """(segment, first value, first record byte) in record order."""
     v = b = 0
-    for seg in spec.record:
-        yield seg, v, b
-        v += spec.segment_values(seg, values)
-        b += spec.segment_bytes(seg, values)
+    for item in spec.record:
+        if "scales" not in item:
+            yield item, v, b
+            v += spec.segment_values(item, values)
+        b += spec.item_bytes(item, values)
 
 
 def quantize_store(spec: Spec, state: CacheBytes, srcs, loc) -> None:

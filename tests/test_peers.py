@@ -209,3 +209,81 @@ def test_ds32_indexer_pages_are_vllms():
     slot = loc % page
     assert torch.equal(flat[(base + slot * 128)[:, None] + torch.arange(128)], codes)
     assert torch.equal(flat[(base + page * 128 + slot * 4)[:, None] + torch.arange(4)], scale[:, None].contiguous().view(torch.uint8).view(-1, 4))
+
+
+# --- ds32_mla: DeepSeek-V3.2 "fp8_ds_mla", 656-byte records with inline fp32 scales ------------------
+
+def _v32_record(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[512 codes][4 x fp32 scale][64 bf16 rope] per token."""
+    rope = x[:, 512:].contiguous().view(torch.uint8)
+    return torch.cat([codes, scales.contiguous().view(torch.uint8).view(-1, 16), rope], -1)
+
+
+def flashmla_v32(x: torch.Tensor) -> torch.Tensor:
+    """FlashMLA tests/quant.py (V32_FP8Sparse): per 128 latent values s = 2^ceil(log2(max(amax / 448,
+    1e-4))) in fp32 torch ops (torch's amax), codes (x / s).to(float8_e4m3fn), s stored as fp32; the
+    rope values copied as bf16."""
+    t = x[:, :512].float().unflatten(-1, (4, 128))
+    s = torch.pow(2, torch.clamp_min(t.abs().amax(-1) / 448.0, 1e-4).log2().ceil())
+    codes = (t / s[..., None]).to(torch.float8_e4m3fn).view(torch.uint8).flatten(-2)
+    return _v32_record(codes, s, x)
+
+
+def vllm_ds_mla(x: torch.Tensor) -> torch.Tensor:
+    """vLLM concat_and_cache_ds_mla_kernel: tile_scale = fmaxf(amax / 448, FLT_MIN) (an fp32 division,
+    fmaxf amax; not a power of two), codes __nv_cvt_float_to_fp8(x / tile_scale, SATFINITE)."""
+    t = x[:, :512].float().unflatten(-1, (4, 128))
+    scale = torch.clamp_min((amax_fmaxf(t).double() / 448).float(), 2.0 ** -126)
+    codes = satfinite_e4m3((t.double() / scale.double()[..., None]).float()).flatten(-2)
+    return _v32_record(codes, scale, x)
+
+
+def ds32_mla_records(x: torch.Tensor, page: int = 64) -> torch.Tensor:
+    """The spec's records of rows x at slots 0.., in vLLM's (num_blocks, block_size, 656) cache."""
+    m = module("ds32_mla")
+    cache = m.Cache(torch.full((-(-x.shape[0] // page), page, 656), 0xA5, dtype=torch.uint8))
+    m.quantize_store_ref(x, torch.arange(x.shape[0]), cache, page)
+    return cache.k_cache.view(-1, 656)[: x.shape[0]]
+
+
+def _v32_tiles_differ(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """Per (row, 128-value tile): whether its codes or its fp32 scale differ; the rope bytes must not."""
+    assert torch.equal(ours[:, 528:], theirs[:, 528:])
+    codes = (ours[:, :512] != theirs[:, :512]).unflatten(-1, (4, 128)).any(-1)
+    scales = (ours[:, 512:528] != theirs[:, 512:528]).unflatten(-1, (4, 4)).any(-1)
+    return codes | scales
+
+
+def test_ds32_mla_records_are_vllms_pages():
+    """vLLM's kv_cache (num_blocks, block_size, 656): slot s of block b at b * P * 656 + s * 656, the
+    scales at +512 as fp32, the rope at +528 as bf16; slots written out of order land there too."""
+    m = module("ds32_mla")
+    page = 16
+    x = peer_rows(576, 5)[:40]
+    loc = torch.randperm(4 * page, generator=generator(6))[:40]
+    cache = m.Cache(torch.zeros(4, page, 656, dtype=torch.uint8))
+    m.quantize_store_ref(x, loc, cache, page)
+    flat = cache.k_cache.view(-1)
+    want = ds32_mla_records(x)
+    assert torch.equal(flat[(loc * 656)[:, None] + torch.arange(656)], want)
+
+
+def test_ds32_mla_equals_flashmlas_reference_except_where_it_propagates_nan():
+    x = peer_rows(576, 32)
+    tiles = x[:, :512].float().unflatten(-1, (4, 128))
+    differ = _v32_tiles_differ(ds32_mla_records(x), flashmla_v32(x))
+    poisoned = tiles_with(tiles, lambda t: ~t.isfinite())
+    assert bool(differ[poisoned].all()) and not differ[~poisoned].any()
+
+
+def test_ds32_mla_differs_from_vllms_writer_where_its_scale_is_no_power_of_two():
+    """vLLM's writer stores amax / 448 itself (FlashMLA's reference, and its SM90 reader's bf16 scale,
+    assume a power of two): a finite tile differs exactly where that quotient is not a power of two
+    of at least 2^-13 (the floor)."""
+    x = peer_rows(576, 32)
+    tiles = x[:, :512].float().unflatten(-1, (4, 128))
+    differ = _v32_tiles_differ(ds32_mla_records(x), vllm_ds_mla(x))
+    finite = ~tiles_with(tiles, lambda t: ~t.isfinite())
+    scale = torch.clamp_min((amax_fmaxf(tiles).double() / 448).float(), 2.0 ** -126)
+    power_of_two = ((scale.view(torch.int32) & 0x7FFFFF) == 0) & (scale >= 2.0 ** -13)
+    assert torch.equal(differ[finite], ~power_of_two[finite])

@@ -120,6 +120,24 @@ SEMANTIC = [
     ("append region with a split coordinate", edit(SHIPPED["mxfp8_v_seqblocked"], "{holds: records, order: [slot, head]}",
                                                    "{holds: records, order: [slot // 32, slot % 32, head]}"),
      "mxfp8_v_seqblocked", ["cannot split a coordinate", "'slot // 32'"]),
+    # scales in the record ({scales: <group>})
+    ("inline scales of an unknown group", edit(SHIPPED["ds32_mla"], "- {scales: nope}", "- {scales: nop}"), "ds32_mla",
+     ["record[1].scales", "'nop'", "known: nope"]),
+    ("inline scales twice", edit(SHIPPED["ds32_mla"], "- {scales: nope}", "- {scales: nope}\n  - {scales: nope}"),
+     "ds32_mla", ["record[2].scales", "already stored at record byte 512"]),
+    ("inline scales also in a region", edit(SHIPPED["ds32_mla"], "- {holds: records, order: [slot, head]}",
+                                            "- {holds: records, order: [slot, head]}\n    - {holds: nope, order: [slot, head, scale]}"),
+     "ds32_mla", ["buffers.cache[1].holds", "stored in the record (line 13)", "remove this region"]),
+    ("inline fp32 scales misaligned", edit(SHIPPED["ds32_mla"], "  - {scales: nope}",
+                                           "  - {name: pad, values: 1, dtype: bf16}\n  - {scales: nope}"),
+     "ds32_mla", ["fp32 scales of 'nope' start at record byte 514", "not a multiple of 4"]),
+    ("inline scales of a token group", edit(SHIPPED["mxfp8_v_seqblocked"], "scale: x}", "scale: x}\n  - {scales: x}"),
+     "mxfp8_v_seqblocked", ["only {values: N} groups sit in the record"]),
+    ("inline scales with a dense op", edit(SHIPPED["ds32_mla"], "ops: [gather_dequant, quantize_store]",
+                                           "ops: [gather_dequant, quantize_store, quantize]"),
+     "ds32_mla", ["ops[2]", "'quantize'", "drop quantize and dequantize"]),
+    ("inline item with a typo", edit(SHIPPED["ds32_mla"], "- {scales: nope}", "- {scale: nope}"), "ds32_mla",
+     ["record[1]"]),
 ]
 
 
