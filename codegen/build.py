@@ -38,6 +38,11 @@ def load_spec(path: Path, root: Path):
     tree = marked_yaml.load(text, display)
     if not isinstance(tree, marked_yaml.MarkedDict):
         raise SpecError(Mark(display, 1, 1), "a spec must be a YAML mapping", "start from one of the specs in specs/")
+    if "compat" in tree and "name" in tree:
+        in_compat = path.parent.name == "compat"
+        raise SpecError(tree.key_mark("name" if in_compat else "compat"), "a spec is a layout (name:) or a compat module "
+                        "(compat:), not both", "remove name: from this compat spec" if in_compat else
+                        "remove compat: from this layout spec (compat modules are files of their own in specs/compat/)")
     kind = "compat" if "compat" in tree else "layout"
     tree = (language.COMPAT if kind == "compat" else language.LAYOUT).check(tree, tree.mark, "")
     return kind, tree, display, spec_digest(text)
@@ -535,6 +540,15 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         raise SpecError(tree.value_mark("compat"), f"compat: {tree['compat']!r} must equal the file name {stem!r}",
                         f"set compat: {stem}")
     types = tuple((name, tuple(fields)) for name, fields in tree["types"].items())
+    for name, fields in tree["types"].items():
+        for j, field_name in enumerate(fields):
+            if keyword.iskeyword(field_name) or field_name.startswith("_") or list(fields).count(field_name) > 1:
+                raise SpecError(fields.item_mark(j), f"types.{name}[{j}]: {field_name!r} cannot be a field of a "
+                                "named tuple (a keyword, a leading underscore, or a repeated name)",
+                                "rename the field")
+    # Names the module's own code uses: the layout modules it imports, its types, torch and NamedTuple.
+    module_names = set(layouts) | set(tree["types"]) | {"torch", "NamedTuple", "annotations"}
+    seen_functions: dict = {}
     functions = []
     used_layouts = []
     for i, f in enumerate(tree["functions"]):
@@ -548,9 +562,23 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         if base not in layout.ops:
             raise SpecError(f.value_mark("call"), f"{where}.call: layout {layout_name!r} does not generate {base!r}",
                             f"it generates {', '.join(layout.ops)}")
+        if f["name"] in seen_functions:
+            raise SpecError(f.value_mark("name"), f"{where}.name: a second function named {f['name']!r} (the first is "
+                            f"functions[{seen_functions[f['name']]}])", "give each function its own name")
+        seen_functions[f["name"]] = i
+        if keyword.iskeyword(f["name"]) or f["name"] in module_names:
+            raise SpecError(f.value_mark("name"), f"{where}.name: {f['name']!r} is a Python keyword or a name the "
+                            "generated module uses itself (a layout it imports, a type, torch)", "choose another name")
         params = []
         for j, p in enumerate(f["params"]):
             name, _, default = p.partition("=")
+            mark = f["params"].item_mark(j)
+            if keyword.iskeyword(name) or name in module_names:
+                raise SpecError(mark, f"{where}.params[{j}]: {name!r} is a Python keyword or a name the generated module "
+                                "uses itself", "rename the parameter")
+            if not default and params and params[-1][1] is not None:
+                raise SpecError(mark, f"{where}.params[{j}]: {name!r} has no default but follows a parameter with one",
+                                f"give it a default ({name}=None) or move it before {params[-1][0]!r}")
             params.append((name, default or None))
         param_names = [p for p, _ in params]
         if len(set(param_names)) != len(param_names):

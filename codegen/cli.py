@@ -11,7 +11,9 @@ from . import pipeline, writer
 from .errors import SpecError
 from .model import HEADS, PAGE_SIZE, VALUES
 
-EXIT_OK, EXIT_DRIFT, EXIT_BAD_SPEC = 0, 1, 2
+# Exit codes (README): 0 ok; 1 check found drift; 2 a bad spec (or usage); 3 a file could not be read or
+# written (nothing was written); 4 an internal error (a bug in kvlayout; never reported as drift).
+EXIT_OK, EXIT_DRIFT, EXIT_BAD_SPEC, EXIT_IO, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 def find_root(start: Path) -> Path:
@@ -34,7 +36,11 @@ def cmd_generate(args, root: Path) -> int:
     except pipeline.SpecErrors as exc:
         print("kvlayout generate: nothing written", file=sys.stderr)
         return _report(exc.errors)
-    written, removed = writer.write(root, files, remove_orphans=not args.specs)
+    try:
+        written, removed = writer.write(root, files, remove_orphans=not args.specs)
+    except writer.WriteError as err:
+        print(f"kvlayout generate: {err}", file=sys.stderr)
+        return EXIT_IO
     for rel in written:
         print(f"wrote {rel}")
     for rel in removed:
@@ -133,6 +139,14 @@ def main(argv=None) -> int:
         return handler(args, root)
     except SpecError as err:  # a spec problem found outside build_all
         return _report([err])
+    except OSError as err:    # a file that could not be read (writes are reported by cmd_generate)
+        print(f"kvlayout {args.command}: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_IO
+    except Exception:         # a bug: say so, with the traceback, under its own exit code (never drift's 1)
+        import traceback
+        traceback.print_exc()
+        print(f"kvlayout {args.command}: internal error (a bug in kvlayout; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -144,6 +144,20 @@ def decode(data: bytes, path: str) -> str:
                         "save it as UTF-8") from None
 
 
+def _runaway_quote(text: str, error_line: int):
+    """(start, end) marks of a quoted scalar that starts on one line and ends on a later one, at or
+    before the line of a syntax error: in a spec, a quote left open (the string then swallows the
+    lines up to the next quote, and the error shows up there)."""
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, yaml.ScalarToken) and token.style in ("'", '"') \
+                    and token.start_mark.line < token.end_mark.line <= error_line:
+                return token.start_mark, token.end_mark
+    except yaml.YAMLError:
+        pass
+    return None
+
+
 def load(text: str, path: str):
     """Parse one YAML document; a YAML syntax error becomes a SpecError with its position."""
     _check_text(text, path)
@@ -156,6 +170,11 @@ def load(text: str, path: str):
         # an unclosed quote or bracket is reported where it opens, not at the end of the file
         opened = exc.context_mark if exc.context and exc.context.startswith("while scanning") else None
         mark = opened or exc.problem_mark or exc.context_mark
+        runaway = _runaway_quote(text, mark.line) if mark and not opened else None
+        if runaway is not None:
+            start, end = runaway
+            raise SpecError(Mark(path, start.line + 1, start.column + 1), "YAML syntax error: a quoted string opens "
+                            f"here and runs on to line {end.line + 1}", "close the quote on this line") from None
         where = Mark(path, mark.line + 1, mark.column + 1) if mark else Mark(path, 1, 1)
         raise SpecError(where, f"YAML syntax error: {exc.problem or exc.context}",
                         "check the quotes, brackets and indentation here") from None

@@ -1,6 +1,7 @@
 """specs/ -> {generated path: text}, entirely in memory (nothing is written here)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import build, render
@@ -18,15 +19,29 @@ class SpecErrors(Exception):
         super().__init__("\n".join(e.render() for e in errors))
 
 
+SPECS = "specs"
+COMPAT = "compat"
+
+
 def resolve(root: Path, path) -> Path:
-    """A spec path from the command line: as given if it exists, else relative to the root."""
+    """A spec path from the command line: as given if it exists, else relative to the root; made
+    absolute without following symlinks (a linked spec is named by its place in specs/)."""
     path = Path(path)
-    return path.resolve() if path.exists() or path.is_absolute() else (root / path).resolve()
+    return Path(os.path.abspath(path if path.exists() or path.is_absolute() else root / path))
 
 
 def spec_files(root: Path) -> list:
-    specs = root / "specs"
-    return sorted(specs.glob("*.yaml")) + sorted((specs / "compat").glob("*.yaml"))
+    specs = root / SPECS
+    return sorted(specs.glob("*.yaml")) + sorted((specs / COMPAT).glob("*.yaml"))
+
+
+def _check_place(root: Path, path: Path, kind: str, display: str) -> None:
+    """Layout specs live in specs/, compat specs in specs/compat/ (what `check` reads), nowhere else."""
+    folder = root / SPECS / (COMPAT if kind == "compat" else "")
+    if path.parent != folder.resolve() and path.parent != Path(os.path.abspath(folder)):
+        where = f"{SPECS}/{COMPAT}/" if kind == "compat" else f"{SPECS}/"
+        raise SpecError(Mark(display, 1, 1), f"a {kind} spec must sit in {where} (kvlayout generates and checks "
+                        "only the specs there)", f"move it to {where}{path.name}")
 
 
 def build_all(root: Path, paths=None) -> tuple:
@@ -38,6 +53,7 @@ def build_all(root: Path, paths=None) -> tuple:
             if not path.is_file():
                 raise SpecError(Mark(str(path), 1, 1), "no such spec file")
             kind, tree, display, digest = build.load_spec(path, root)
+            _check_place(root, path, kind, display)
             if kind == "layout":
                 layout = build.build_layout(tree, display, digest)
                 layouts[layout.name] = layout
@@ -59,6 +75,10 @@ def build_all(root: Path, paths=None) -> tuple:
                 errors.append(err)
         for tree, display, digest in pending:
             try:
+                if tree["compat"] in layouts:
+                    raise SpecError(tree.value_mark("compat"), f"compat: {tree['compat']!r} is also a layout's name "
+                                    f"({layouts[tree['compat']].spec_path}); spec names are unique across spec folders",
+                                    f"rename this file and its compat: to, e.g., {tree['compat']}_compat")
                 compat = build.build_compat(tree, display, digest, layouts)
                 compats[compat.name] = compat
             except SpecError as err:
@@ -74,7 +94,7 @@ def render_all(root: Path, paths=None) -> dict:
     requested = None if paths is None else {resolve(root, p) for p in paths}
 
     def wanted(model) -> bool:
-        return requested is None or (root / model.spec_path).resolve() in requested
+        return requested is None or Path(os.path.abspath(root / model.spec_path)) in requested
 
     out = {}
     for name, layout in layouts.items():
@@ -83,11 +103,15 @@ def render_all(root: Path, paths=None) -> dict:
     for name, compat in compats.items():
         if wanted(compat):
             out[f"{GENERATED}/compat/{name}.py"] = render.render_compat(compat)
-    if requested is None:
-        out[f"{GENERATED}/__init__.py"] = _package_init(sorted(layouts), "kvlayout generated modules, one per layout spec.")
-        out[f"{GENERATED}/compat/__init__.py"] = _package_init(sorted(compats), "Drop-in modules for existing callers.")
-        out[f"{GENERATED}/spec.schema.json"] = render.render_schema()
-        out[f"{GENERATED}/SPEC_REFERENCE.md"] = render.render_reference()
+    # The package files list every spec's module (by file name, which each spec's name equals), so a
+    # run for some specs keeps them whole too.
+    files = spec_files(root)
+    out[f"{GENERATED}/__init__.py"] = _package_init(sorted({p.stem for p in files if p.parent.name != COMPAT}),
+                                                    "kvlayout generated modules, one per layout spec.")
+    out[f"{GENERATED}/compat/__init__.py"] = _package_init(sorted({p.stem for p in files if p.parent.name == COMPAT}),
+                                                           "Drop-in modules for existing callers.")
+    out[f"{GENERATED}/spec.schema.json"] = render.render_schema()
+    out[f"{GENERATED}/SPEC_REFERENCE.md"] = render.render_reference()
     return dict(sorted(out.items()))
 
 

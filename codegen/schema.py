@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Mark, SpecError
+from .errors import Mark, SpecError, gather
 from .marked_yaml import MarkedDict, MarkedList
 
 
@@ -30,7 +30,9 @@ class Type:
         raise NotImplementedError
 
     def fail(self, value, mark, where, fix=None):
-        raise SpecError(mark, f"{where}: expected {self.doc_name}, got {_show(value)}", fix)
+        err = SpecError(mark, f"{where}: expected {self.doc_name}, got {_show(value)}", fix)
+        err.type_mismatch = True          # (OneOf prefers an option whose type matched)
+        raise err
 
 
 @dataclass
@@ -72,7 +74,9 @@ class Float(Type):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(value, mark, where, "write a number such as 1.0e-8 (YAML needs the '.' in 1.0e-8)")
         if self.exclusive_minimum is not None and not value > self.exclusive_minimum:
-            raise SpecError(mark, f"{where}: must be > {self.exclusive_minimum}, got {value!r}")
+            raise SpecError(mark, f"{where}: must be a number above {self.exclusive_minimum:g}, got {value!r}",
+                            "use a positive number such as 1.0e-8" if self.exclusive_minimum == 0
+                            else f"use a number above {self.exclusive_minimum:g}")
         return float(value)
 
     def json(self):
@@ -164,6 +168,10 @@ class OneOf(Type):
         for option, err in zip(self.options, errors):
             if isinstance(value, MarkedList) and isinstance(option, ListOf):
                 raise err
+        # A scalar of an option's type that broke its bounds (or enum): that option's error.
+        for err in errors:
+            if not getattr(err, "type_mismatch", False) and not isinstance(value, (MarkedDict, MarkedList)):
+                raise err
         # Otherwise the first option's hint that says more than the type (a range, a close name).
         fix = next((err.fix for option, err in zip(self.options, errors) if err.fix and not isinstance(option, Null)),
                    f"write {self.doc_name}")
@@ -191,7 +199,8 @@ class ListOf(Type):
             raise SpecError(mark, f"{where}: needs at least {self.min_items} item(s), got {len(value)}")
         if self.max_items is not None and len(value) > self.max_items:
             raise SpecError(mark, f"{where}: takes at most {self.max_items} item(s), got {len(value)}")
-        out = MarkedList(self.item.check(v, value.item_mark(i), f"{where}[{i}]") for i, v in enumerate(value))
+        out = MarkedList(gather(lambda i=i, v=v: self.item.check(v, value.item_mark(i), f"{where}[{i}]")
+                                for i, v in enumerate(value)))
         out.mark, out.item_marks = value.mark, value.item_marks
         if self.unique:
             seen = set()
@@ -230,11 +239,13 @@ class MapOf(Type):
             raise SpecError(mark, f"{where}: needs at least {self.min_items} entry(ies)")
         out = MarkedDict()
         out.mark, out.key_marks, out.value_marks = value.mark, value.key_marks, value.value_marks
-        for k, v in value.items():
+        def entry(k, v):
             if not isinstance(k, str) or not re.fullmatch(self.key_pattern, k):
                 raise SpecError(value.key_mark(k), f"{where}: bad name {k!r}",
                                 f"names are lowercase identifiers matching {self.key_pattern}")
-            out[k] = self.value.check(v, value.value_mark(k), f"{where}.{k}")
+            return k, self.value.check(v, value.value_mark(k), f"{where}.{k}")
+
+        out.update(gather(lambda k=k, v=v: entry(k, v) for k, v in value.items()))
         return out
 
     def json(self):
@@ -268,22 +279,31 @@ class Obj(Type):
     def check(self, value, mark, where):
         if not isinstance(value, MarkedDict):
             self.fail(value, mark, where, f"write a mapping with the keys {', '.join(self.fields)}")
-        for k in value:
-            if k not in self.fields:
-                close = difflib.get_close_matches(str(k), list(self.fields), n=1)
-                fix = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(self.fields)}"
-                raise SpecError(value.key_mark(k), f"{where + ': ' if where else ''}unknown field {k!r}", fix)
-        out = MarkedDict()
-        out.mark, out.key_marks, out.value_marks = value.mark, dict(value.key_marks), dict(value.value_marks)
-        for name, f in self.fields.items():
+        def unknown(k):
+            close = difflib.get_close_matches(str(k), list(self.fields), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(self.fields)}"
+            raise SpecError(value.key_mark(k), f"{where + ': ' if where else ''}unknown field {k!r}", fix)
+
+        # A misspelt key is one problem: its field is not reported missing as well.
+        misspelt = {c for k in value if k not in self.fields for c in difflib.get_close_matches(str(k), list(self.fields), n=1)}
+
+        def checked(name, f):
             path = f"{where}.{name}" if where else name
             if name in value:
-                out[name] = f.type.check(value[name], value.value_mark(name), path)
-            elif f.required:
+                return name, f.type.check(value[name], value.value_mark(name), path)
+            if f.required and name in misspelt:
+                return None                  # (the unknown key's error is raised)
+            if f.required:
                 raise SpecError(value.mark, f"{where or 'spec'}: missing required field {name!r}",
                                 f"add '{name}:' ({f.doc})")
-            else:
-                out[name] = f.default
+            return name, f.default
+
+        out = MarkedDict()
+        out.mark, out.key_marks, out.value_marks = value.mark, dict(value.key_marks), dict(value.value_marks)
+        # Every problem of the mapping: its unknown keys, then each field's.
+        checks = [lambda k=k: unknown(k) for k in value if k not in self.fields]
+        results = gather(checks + [lambda n=n, f=f: checked(n, f) for n, f in self.fields.items()])
+        out.update(r for r in results if r is not None)
         return out
 
     def json(self):

@@ -181,3 +181,75 @@ def test_generated_constexpr_names_must_not_collide(tmp_path):
         build.build_layout(*build.load_spec(path, tmp_path)[1:])
     path.write_text(CLASH.replace("a_b:", "z:"))
     build.build_layout(*build.load_spec(path, tmp_path)[1:])        # distinct names: accepted
+
+
+COMPAT_GOOD = (ROOT / "specs" / "compat" / "sglang_dsv4.yaml").read_text()
+COMPAT_BAD = [
+    # (what, edited compat spec, words of the error): accepted before, broken at import or call
+    ("param after a default", edit(COMPAT_GOOD, "params: [k, loc, quant_k_cache, page_size]",
+                                   "params: [k=None, loc, quant_k_cache, page_size]"),
+     ["functions[2].params[1]", "'loc' has no default but follows"]),
+    ("param is a keyword", edit(COMPAT_GOOD, "params: [k, loc, quant_k_cache, page_size]",
+                                "params: [k, loc, quant_k_cache, page_size, lambda=None]"), ["params[4]", "'lambda'"]),
+    ("param shadows the layout module", edit(COMPAT_GOOD, "params: [k, loc, quant_k_cache, page_size]",
+                                             "params: [k, loc, quant_k_cache, page_size, dsv4_k=None]"),
+     ["params[4]", "'dsv4_k'"]),
+    ("function named like its layout", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: dsv4_k"),
+     ["functions[2].name", "'dsv4_k'"]),
+    ("duplicate function", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: dequantize_k_cache_paged"),
+     ["functions[2].name", "second function named 'dequantize_k_cache_paged'", "functions[0]"]),
+]
+
+
+@pytest.mark.parametrize("text,words", [c[1:] for c in COMPAT_BAD], ids=[c[0] for c in COMPAT_BAD])
+def test_compat_specs_that_would_break_later_are_rejected(tmp_path, text, words):
+    from codegen import pipeline
+    (tmp_path / "specs" / "compat").mkdir(parents=True)
+    (tmp_path / "specs" / "dsv4_k.yaml").write_text(SHIPPED["dsv4_k"])
+    (tmp_path / "specs" / "compat" / "sglang_dsv4.yaml").write_text(text)
+    with pytest.raises(pipeline.SpecErrors) as err:
+        pipeline.build_all(tmp_path)
+    (only,) = err.value.errors
+    rendered = only.render()
+    assert re.match(r"specs/compat/sglang_dsv4\.yaml:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
+    for w in words:
+        assert w in rendered, (w, rendered)
+
+
+MEMORY_PROBE = """
+import resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from codegen import build
+from codegen.errors import SpecError
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+worst = 0.0
+for path in sys.argv[2:]:
+    start = time.perf_counter()
+    try:
+        kind, tree, display, digest = build.load_spec(Path(path), Path(path).parent.parent)
+        build.build_layout(tree, display, digest)
+    except SpecError:
+        pass
+    worst = max(worst, time.perf_counter() - start)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base, worst)
+"""
+
+
+def test_the_heaviest_malformed_specs_stay_within_memory_and_time(tmp_path):
+    """The corpus' most expensive inputs (alias bombs, 20,000 nested brackets, a 1 MB file, binary
+    data, every encoding case): under 200 MB of peak memory above the interpreter's, and 2 s each."""
+    import subprocess
+    import sys
+    heavy = [c for c in CASES if any(k in c[0] for k in ("bomb", "nesting", "huge", "binary", "utf16", "alias", "merge"))]
+    paths = []
+    for i, (name, data, _, _) in enumerate(heavy):
+        path = tmp_path / f"r{i}" / "specs" / "dsv4_k.yaml"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        paths.append(str(path))
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(ROOT), *paths], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    grown_kib, slowest = int(out[0]), float(out[1])
+    assert grown_kib < 200 * 1024, f"{grown_kib / 1024:.0f} MB"
+    assert slowest < 2.0, slowest
