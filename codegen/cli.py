@@ -77,6 +77,9 @@ def cmd_explain(args, root: Path) -> int:
     sizes = explain_mod.default_sizes(layout)
     for key, value in ((PAGE_SIZE, args.page_size), (HEADS, args.heads), (VALUES, args.values)):
         if value is not None:
+            if value < 1:
+                print(f"kvlayout explain: --{key.replace('_', '-')} must be at least 1, got {value}", file=sys.stderr)
+                return EXIT_BAD_SPEC
             sizes[key] = value
     try:
         text = explain_mod.explain(layout, sizes)

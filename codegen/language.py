@@ -8,7 +8,7 @@ from __future__ import annotations
 from . import formats
 from .schema import Bool, Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
 
-IDENT = r"[a-z][a-z0-9_]*"
+IDENT = r"[a-z][a-z0-9_]{0,63}"      # at most 64 characters: names become files, modules and constexprs
 ANY = Str(enum=("any",))
 # Bounds on every size a spec states: far above any real layout, low enough that what the validator
 # accepts also compiles (Triton's tensors hold at most 2^20 elements) and fits an int32 offset.
@@ -30,7 +30,7 @@ OPS = ("gather_dequant", "quantize_store", "quantize", "dequantize", "append")
 COORDINATE = r"(slot|head|scale|dim|block)( (%|//) [1-9][0-9]*)?"
 
 SEGMENT = Obj(title="a record segment", fields={
-    "name": Field(Str(pattern=IDENT, what="an identifier"), "name of this run of values (e.g. nope, rope)"),
+    "name": Field(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), "name of this run of values (e.g. nope, rope)"),
     "values": Field(OneOf((Int(minimum=1, maximum=MAX_VALUES), ANY)),
                     "how many logical values the segment holds; 'any' (only for a one-segment record) "
                     "takes the width from the tensors at call time"),
@@ -130,9 +130,9 @@ TUNING = MapOf(LAUNCH, key_pattern="|".join(OPS))
 
 LAYOUT = Obj(title="a layout spec", fields={
     "kvlayout": Field(Int(minimum=1, maximum=1), "spec language version; always 1"),
-    "name": Field(Str(pattern=IDENT, what="an identifier"), "layout name; must equal the file name, and names generated/<name>.py"),
+    "name": Field(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), "layout name; must equal the file name, and names generated/<name>.py"),
     "summary": Field(Str(), "one line saying what the layout is and where it comes from"),
-    "planes": Field(ListOf(Str(pattern=IDENT, what="an identifier"), min_items=1, unique=True),
+    "planes": Field(ListOf(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), min_items=1, unique=True),
                     "the tensors stored with this layout, written and read together in one launch (e.g. [k] or [k, v])"),
     "heads": Field(OneOf((Int(minimum=1, maximum=MAX_HEADS), ANY)), "heads per token; 'any' takes it from the tensors at call time"),
     "page": Field(PAGE, "page-size constraint and per-page byte padding", {"size_multiple_of": 1, "align": 1}),
@@ -169,7 +169,7 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
 
 COMPAT = Obj(title="a compat spec", fields={
     "kvlayout": Field(Int(minimum=1, maximum=1), "spec language version; always 1"),
-    "compat": Field(Str(pattern=IDENT, what="an identifier"), "module name: generated/compat/<compat>.py; must equal the file name"),
+    "compat": Field(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), "module name: generated/compat/<compat>.py; must equal the file name"),
     "summary": Field(Str(), "what the module replaces"),
     "seed": Field(Str(), "the file whose names and signatures this module reproduces"),
     "types": Field(MapOf(ListOf(Str(pattern=IDENT), min_items=1), key_pattern=r"[A-Z][A-Za-z0-9]*"),

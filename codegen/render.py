@@ -54,6 +54,8 @@ def _env() -> jinja2.Environment:
     )
     env.filters["py"] = lambda e: e.render()
     env.filters["hex"] = lambda n: f"0x{n:X}"
+    # spec text (summaries, docs) inside a generated docstring: a backslash or \"\"\" must not end or escape it
+    env.filters["docstring"] = lambda text: str(text).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     env.filters["pytuple"] = lambda xs: "(" + ", ".join(repr(x) for x in xs) + ("," if len(xs) == 1 else "") + ")"
     env.filters["suffix"] = lambda xs, suffix: [f"{x}{suffix}" for x in xs]
     env.filters["wrap_params"] = wrap_params

@@ -236,3 +236,25 @@ def test_an_unclosed_quote_is_reported_where_it_opens(tmp_path):
     proc = kvlayout("check", root=root)
     assert proc.returncode == 2
     assert proc.stderr.startswith("specs/dsv4_k.yaml:3:7: YAML syntax error: a quoted string opens here"), proc.stderr
+
+
+def test_explain_rejects_sizes_below_one(tmp_path):
+    proc = kvlayout("explain", "specs/dsv4_k.yaml", "--page-size", "0")
+    assert proc.returncode == 2 and "--page-size must be at least 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_spec_text_with_quotes_and_backslashes_stays_inside_the_docstrings(tmp_path):
+    """A summary or doc holding \"\"\" or a backslash (C:\\x) is text of the generated docstring."""
+    root = copy_repo(tmp_path)
+    odd = 'has """ quotes and C:\\x\\ backslashes'
+    spec = root / "specs" / "dsv4_k.yaml"
+    spec.write_text(edit(spec.read_text(), "summary: >-\n", f"summary: >-\n  {odd}\n"))
+    compat = root / "specs" / "compat" / "sglang_dsv4.yaml"
+    compat.write_text(edit(edit(compat.read_text(), "summary: ", f"summary: {odd} "), "doc: Pure-torch", f"doc: {odd} Pure-torch"))
+    assert kvlayout("generate", root=root).returncode == 0
+    for rel in ("generated/dsv4_k.py", "generated/compat/sglang_dsv4.py"):
+        text = (root / rel).read_text()
+        namespace = {}
+        exec(compile(text.split("\nfrom ", 1)[0], rel, "exec"), namespace)   # the module docstring alone
+        assert odd in namespace["__doc__"], rel
+        compile(text, rel, "exec")

@@ -103,6 +103,7 @@ SEMANTIC = [
     ("plane is a keyword", edit(GOOD, "planes: [k]", "planes: [class]"), "dsv4_k", ["keyword"]),
     ("name is a keyword", edit(GOOD, "name: dsv4_k", "name: def"), "def", ["cannot name a Python module"]),
     ("name is compat", edit(GOOD, "name: dsv4_k", "name: compat"), "compat", ["cannot name a Python module"]),
+    ("name too long", edit(GOOD, "name: dsv4_k", "name: " + "a" * 240), "a" * 240, ["at most 64 characters"]),
     ("heads unbounded", edit(GOOD, "heads: 1", "heads: 100000000000000000000"), "dsv4_k", ["heads", "4096"]),
     ("values unbounded", edit(GOOD, "values: 448", "values: 1180591620717411303424"), "dsv4_k", ["values"]),
     ("align unbounded", edit(GOOD, "align: 576", "align: 1000000000000"), "dsv4_k", ["align"]),
