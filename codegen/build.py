@@ -266,9 +266,18 @@ def _segments(tree, groups, checks):
                 raise SpecError(seg.value_mark("scale"), f"{where}.scale: group {seg['scale']!r} already scales "
                                 f"segment {g['segment']!r}", "give each quantized segment its own scale group")
             g["segment"] = seg["name"]
+        packing = element.packing if element is not None else 1
+        if packing > 1:
+            if nvalues.is_const and nvalues.const_value() % packing:
+                raise SpecError(seg.value_mark("values"), f"{where}.values: {dtype} packs {packing} values per byte, "
+                                f"and {nvalues.const_value()} is not a multiple of {packing}",
+                                f"use a multiple of {packing}")
+            if not nvalues.is_const:
+                checks.append((nvalues, packing, f"{dtype} packs {packing} values per byte: the value count must be a "
+                                                 f"multiple of {packing}"))
         out[i] = dict(name=seg["name"], dtype=dtype, values=nvalues, value_offset=value_offset, byte_offset=None,
-                      nbytes=nvalues * (raw.nbytes if raw else 1), element=element, raw=raw, scale=seg["scale"],
-                      mark=mark)
+                      nbytes=nvalues * raw.nbytes if raw else nvalues // packing, element=element, raw=raw,
+                      scale=seg["scale"], mark=mark)
         value_offset = value_offset + nvalues
     for name, g in groups.items():
         if g["segment"] is None:
@@ -356,6 +365,11 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                             f"{where}.group: {{tokens: {g['size']}}} needs page.size_multiple_of to be a multiple of "
                             f"{g['size']} (it is {multiple})", f"set page.size_multiple_of: {g['size']}")
         count = padded = seg["values"]
+    packing = seg["element"].packing
+    if packing > 1 and (g["kind"] != "values" or g["size"] % packing):
+        raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {seg['dtype']} packs {packing} values per byte, "
+                        f"so a scale covers a whole number of bytes: {{values: N}} with N a multiple of {packing}",
+                        f"use {{values: {max(packing, g['size'] - g['size'] % packing)}}}")
     if g["kind"] == "tokens" and (g["format"].name != "ue8m0" or g["rule"] == "exact"):
         raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")
@@ -411,7 +425,7 @@ def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
     if records is not None:
         regions.extend(_inline_region(records, name, ctx["groups"][g], at) for g, (at, _) in ctx["inline"].items())
     page_bytes = round_up(offset, align)
-    dtype, shape = _natural_shape([r for r in regions if not r.inline], page_bytes, align, segments)
+    dtype, shape = _natural_shape(regions, page_bytes, align, segments)
     return Buffer(name=name, regions=tuple(regions), page_bytes=page_bytes, align=align,
                   page_bytes_name=f"{name.upper()}_PAGE_BYTES", torch_dtype=dtype, shape=shape)
 
@@ -492,11 +506,14 @@ def _check_divides(extent: Expr, n: int, coord: str, mark, where, ctx):
 
 
 def _natural_shape(regions, page_bytes: Expr, align: int, segments):
+    inline = any(r.inline for r in regions)
+    regions = [r for r in regions if not r.inline]
     if len(regions) == 1 and align == 1:
         r = regions[0]
         dims = tuple(t.extent for t in r.terms)
         if r.holds == "records":
-            if len(segments) == 1 and segments[0].element is not None:
+            # a record of one fp8 segment (no scales inside it) is that segment's values
+            if len(segments) == 1 and segments[0].element is not None and segments[0].element.packing == 1 and not inline:
                 return segments[0].element.torch_dtype, dims + (segments[0].values,)
             return "uint8", dims + (r.element_bytes,)
         one_byte = r.element_bytes.is_const and r.element_bytes.const_value() == 1

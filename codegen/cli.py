@@ -31,16 +31,17 @@ def _report(errors) -> int:
 
 def cmd_generate(args, root: Path) -> int:
     start = time.perf_counter()
-    try:
-        files = pipeline.render_all(root, args.specs or None)
-    except pipeline.SpecErrors as exc:
-        print("kvlayout generate: nothing written", file=sys.stderr)
-        return _report(exc.errors)
-    try:
-        written, removed = writer.write(root, files, remove_orphans=not args.specs)
-    except writer.WriteError as err:
-        print(f"kvlayout generate: {err}", file=sys.stderr)
-        return EXIT_IO
+    with writer.locked(root):               # runs on one root take turns, from reading the specs on
+        try:
+            files = pipeline.render_all(root, args.specs or None)
+        except pipeline.SpecErrors as exc:
+            print("kvlayout generate: nothing written", file=sys.stderr)
+            return _report(exc.errors)
+        try:
+            written, removed = writer.write(root, files, remove_orphans=not args.specs)
+        except writer.WriteError as err:
+            print(f"kvlayout generate: {err}", file=sys.stderr)
+            return EXIT_IO
     for rel in written:
         print(f"wrote {rel}")
     for rel in removed:

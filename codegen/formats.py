@@ -58,13 +58,16 @@ class ElementFormat:
     # inf or NaN) or "fnuz" (0x80 is the one NaN, no -0, no inf).
     specials: str = "fn"
     bits: int = 8            # bits per code
-    packing: int = 1         # codes per byte (1 for every format today; the segment walks assume it)
+    packing: int = 1         # codes per byte: 2 packs the even value in the low nibble, the odd one in the high
     encoder: str = "_encode_fp8"     # the runtime/codes.py function its Triton encoder calls with encode_args
     decoder: str = "_decode_fp8"     # ... and its decoder, with decode_args
 
     @property
     def encode_args(self) -> tuple:
-        """The constexpr arguments of runtime/codes.py's _encode_fp8 for this format, as source."""
+        """The constexpr arguments of runtime/codes.py's _encode_fp8 for this format, as source (none
+        for formats with an encoder of their own)."""
+        if self.encoder != "_encode_fp8":
+            return ()
         k = self.integer_encoding
         return (f"tl.{self.triton_dtype}", str(not self.emulated), repr(self.fmax), _hex(k.rebase_bits),
                 str(k.dropped_bits), _hex(k.below_half), _hex(k.min_normal_bits), repr(k.step_magic),
@@ -73,6 +76,8 @@ class ElementFormat:
     @property
     def decode_args(self) -> tuple:
         """The constexpr arguments of runtime/codes.py's _decode_fp8 for this format, as source."""
+        if self.decoder != "_decode_fp8":
+            return ()
         k = self.integer_encoding
         return (f"tl.{self.triton_dtype}", str(not self.emulated), repr(self.fmax), _hex(self.nan_code),
                 str(self.mantissa_bits), str(k.rebase_exponent), repr(k.subnormal_step), f'"{self.specials}"')
@@ -117,6 +122,10 @@ ELEMENT_FORMATS = {
     "fp8_e4m3fn": ElementFormat("fp8_e4m3fn", "float8_e4m3fn", "float8e4nv", 448.0, 3, 0x7F, 7, f16_pair="e4m3x2"),
     "fp8_e5m2": ElementFormat("fp8_e5m2", "float8_e5m2", "float8e5", 57344.0, 2, 0x7F, 15, specials="ieee"),
     "fp8_e4m3fnuz": ElementFormat("fp8_e4m3fnuz", "float8_e4m3fnuz", "float8e4nv", 240.0, 3, 0x80, 8, emulated=True, specials="fnuz"),
+    # fp4 e2m1 (OCP MX): {0, 0.5, 1, 1.5, 2, 3, 4, 6} and their negatives, two codes per byte; no NaN
+    # or inf (nan_code: what a NaN of either sign gives, +0; see _encode_e2m1).
+    "fp4_e2m1": ElementFormat("fp4_e2m1", "uint8", "uint8", 6.0, 1, 0x0, 1, emulated=True, specials="none", bits=4,
+                              packing=2, encoder="_encode_e2m1", decoder="_decode_e2m1"),
 }
 
 RAW_DTYPES = {

@@ -172,7 +172,7 @@ COMPAT = Obj(title="a compat spec", fields={
     "compat": Field(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), "module name: generated/compat/<compat>.py; must equal the file name"),
     "summary": Field(Str(), "what the module replaces"),
     "seed": Field(Str(), "the file whose names and signatures this module reproduces"),
-    "types": Field(MapOf(ListOf(Str(pattern=IDENT), min_items=1), key_pattern=r"[A-Z][A-Za-z0-9]*"),
+    "types": Field(MapOf(ListOf(Str(pattern=IDENT), min_items=1), key_pattern=r"[A-Z][A-Za-z0-9]{0,63}"),
                    "named tuple types, by name, with their fields", {}),
     "functions": Field(ListOf(COMPAT_FUNCTION, min_items=1), "the functions to generate"),
 })

@@ -144,6 +144,10 @@ def decode(data: bytes, path: str) -> str:
                         "save it as UTF-8") from None
 
 
+# A line inside a quoted string that reads like a mapping key: the quote swallowed the spec's next fields.
+_SWALLOWED_KEY = re.compile(r"\n[ \t]*(- )?[A-Za-z_][\w-]*:([ \t]|$)", re.M)
+
+
 def _runaway_quote(text: str, error_line: int):
     """(start, end) marks of a quoted scalar that starts on one line and ends on a later one, at or
     before the line of a syntax error: in a spec, a quote left open (the string then swallows the
@@ -151,7 +155,8 @@ def _runaway_quote(text: str, error_line: int):
     try:
         for token in yaml.scan(text, Loader=yaml.SafeLoader):
             if isinstance(token, yaml.ScalarToken) and token.style in ("'", '"') \
-                    and token.start_mark.line < token.end_mark.line <= error_line:
+                    and token.start_mark.line < token.end_mark.line <= error_line \
+                    and _SWALLOWED_KEY.search(text, token.start_mark.index, token.end_mark.index):
                 return token.start_mark, token.end_mark
     except yaml.YAMLError:
         pass

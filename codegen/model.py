@@ -99,6 +99,15 @@ class Segment:
         return self.element is not None
 
     @property
+    def quantize_walk(self) -> str:
+        """The runtime/segments.py walk that quantizes this segment: one code per byte, or two (fp4)."""
+        return "_quantize_segment" if self.element.packing == 1 else "_quantize_packed_segment"
+
+    @property
+    def dequantize_walk(self) -> str:
+        return "_dequantize_segment" if self.element.packing == 1 else "_dequantize_packed_segment"
+
+    @property
     def byte_end(self) -> Expr:
         """The record byte after the segment."""
         return self.byte_offset + self.nbytes
@@ -348,8 +357,8 @@ class Layout:
         gather_dequant and dequantize), encode (fp8 encoders, amax, scale rules), decode, store_checks,
         out_checks (gather's outputs the caller passes), launch_shape, lane_group, slot_blocks (a gather's
         block of slots), round_up (a page padded
-        to `align`), the segment walks (quantize_segments, dequantize_segments, store_raw, load_raw), the
-        scale formats' functions (runtime/codes.py names) and each op's name (its reference)."""
+        to `align`), the segment walks (runtime/segments.py names, store_raw, load_raw), the element
+        and scale formats' functions (runtime/codes.py names) and each op's name (its reference)."""
         ops = set(self.ops)
         writes_values = bool(ops & {"quantize_store", "quantize"})
         reads = bool(ops & {"gather_dequant", "dequantize"})
@@ -358,12 +367,12 @@ class Layout:
         need = set()
         if writes_values:
             need.add("write_values")
-            need.add("quantize_segments" if quantized else "store_raw")
-            if quantized and any(s.raw is not None for s in self.segments):
+            need |= {s.quantize_walk for s in self.quantized_segments}
+            if any(s.raw is not None for s in self.segments):
                 need.add("store_raw")
         if reads:
-            need.add("dequantize_segments" if quantized else "load_raw")
-            if quantized and any(s.raw is not None for s in self.segments):
+            need |= {s.dequantize_walk for s in self.quantized_segments}
+            if any(s.raw is not None for s in self.segments):
                 need.add("load_raw")
         if reads:
             need.add("read_values")
@@ -380,6 +389,11 @@ class Layout:
                 need.add("_ue8m0_word_bytes")
             if g.word_reads and reads:
                 need.add(g.format.load_words)
+        for f in self.element_formats:
+            if writes:
+                need.add(f.encoder)
+            if reads or "append" in ops:
+                need.add(f.decoder)
         if quantized and writes:
             need.add("encode")
         if quantized and (reads or "append" in ops):
@@ -441,7 +455,7 @@ class Layout:
     @property
     def dense_data(self) -> tuple:
         """(torch dtype, trailing width) of the dense ``quantize`` output: the record itself."""
-        if len(self.segments) == 1 and self.segments[0].quantized:
+        if len(self.segments) == 1 and self.segments[0].quantized and self.segments[0].element.packing == 1:
             return self.segments[0].element.torch_dtype, self.values
         return "uint8", self.record_bytes
 

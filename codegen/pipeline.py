@@ -26,8 +26,12 @@ COMPAT = "compat"
 def resolve(root: Path, path) -> Path:
     """A spec path from the command line: as given if it exists, else relative to the root; made
     absolute without following symlinks (a linked spec is named by its place in specs/)."""
-    path = Path(path)
-    return Path(os.path.abspath(path if path.exists() or path.is_absolute() else root / path))
+    path = Path(os.path.abspath(Path(path) if Path(path).exists() or Path(path).is_absolute() else root / path))
+    parent = path.parent.resolve()
+    for folder in (root / SPECS, root / SPECS / COMPAT):
+        if parent == folder.resolve():       # (also through a symlinked checkout)
+            return folder / path.name
+    return path
 
 
 def spec_files(root: Path) -> list:
@@ -38,7 +42,7 @@ def spec_files(root: Path) -> list:
 def _check_place(root: Path, path: Path, kind: str, display: str) -> None:
     """Layout specs live in specs/, compat specs in specs/compat/ (what `check` reads), nowhere else."""
     folder = root / SPECS / (COMPAT if kind == "compat" else "")
-    if path.parent != folder.resolve() and path.parent != Path(os.path.abspath(folder)):
+    if path.parent.resolve() != folder.resolve():
         where = f"{SPECS}/{COMPAT}/" if kind == "compat" else f"{SPECS}/"
         raise SpecError(Mark(display, 1, 1), f"a {kind} spec must sit in {where} (kvlayout generates and checks "
                         "only the specs there)", f"move it to {where}{path.name}")

@@ -168,7 +168,8 @@ class OneOf(Type):
         for option, err in zip(self.options, errors):
             if isinstance(value, MarkedList) and isinstance(option, ListOf):
                 raise err
-        # A scalar of an option's type that broke its bounds (or enum): that option's error.
+        # A scalar whose option error says more than "expected <type>" (Float's bound, with its own
+        # message and fix): that error. (Int and Str bounds report through fail(), as their type.)
         for err in errors:
             if not getattr(err, "type_mismatch", False) and not isinstance(value, (MarkedDict, MarkedList)):
                 raise err
@@ -225,7 +226,7 @@ class ListOf(Type):
 @dataclass
 class MapOf(Type):
     value: Type
-    key_pattern: str = r"[a-z][a-z0-9_]*"
+    key_pattern: str = r"[a-z][a-z0-9_]{0,63}"       # names become identifiers: at most 64 characters
     min_items: int = 0
 
     @property

@@ -5,6 +5,7 @@
   ds32_mla
   ds41_mla
   dsv4_k
+  dsv4_mxfp4
   mxfp8_kv
   mxfp8_v_seqblocked
 """

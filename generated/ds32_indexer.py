@@ -1359,16 +1359,41 @@ def _ref_exp2i(n: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32)
 
 
+_E2M1_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
+
+
+_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
 def _ref_encode(q: torch.Tensor, dtype: str) -> torch.Tensor:
-    """fp32 -> fp8 codes as cvt.rn.satfinite: round to nearest even, saturate, any NaN -> the NaN code."""
-    torch_dtype, fmax, nan_code = _CODE_DTYPES[dtype]
+    """fp32 -> codes as cvt.rn.satfinite: round to nearest even, saturate, any NaN -> the NaN code.
+    fp4 e2m1 (torch has no conversion): the count of midpoints |q| passes (a tie counts where the
+    upper code is even), the sign bit as bit 3; a NaN passes none and gives +0."""
+    torch_dtype, fmax, nan_code, bits = _CODE_DTYPES[dtype]
+    if bits == 4:
+        a = q.abs()
+        code = sum(((a >= m) if tie_up else (a > m)).to(torch.int32) for m, tie_up in _E2M1_MIDPOINTS)
+        return (code | torch.where(q.isnan(), 0, (q.view(torch.int32) >> 28) & 0x8)).to(torch.uint8)
     q = torch.where(q > fmax, fmax, torch.where(q < -fmax, -fmax, q))
     codes = q.to(torch_dtype).view(torch.uint8)
     return torch.where(q.isnan(), nan_code, codes).to(torch.uint8)
 
 
 def _ref_decode(codes: torch.Tensor, dtype: str) -> torch.Tensor:
+    if _CODE_DTYPES[dtype][3] == 4:                       # fp4 e2m1: a table of its 16 codes
+        table = torch.tensor(_E2M1_VALUES + tuple(-v for v in _E2M1_VALUES), device=codes.device)
+        return table[codes.to(torch.int64)]
     return codes.view(_CODE_DTYPES[dtype][0]).to(torch.float32)
+
+
+def _ref_pack(codes: torch.Tensor) -> torch.Tensor:
+    """(..., 2n) 4-bit codes -> (..., n) bytes: value 2i in the low nibble of byte i, 2i + 1 in the high."""
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def _ref_unpack(packed: torch.Tensor) -> torch.Tensor:
+    """(..., n) bytes -> (..., 2n) 4-bit codes (see _ref_pack)."""
+    return torch.stack((packed & 0xF, packed >> 4), -1).flatten(-2)
 
 
 def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tensor:
@@ -1416,6 +1441,7 @@ class _RefSegment(NamedTuple):
     byte_offset: int
     nbytes: int
     code: str | None          # element format of a quantized segment (a _CODE_DTYPES key)
+    packing: int              # codes per byte (2: fp4, see _ref_pack)
     raw: torch.dtype | None   # dtype of a raw segment
     group: _RefGroup | None
     tiles: int                # scales of one token and head (values groups) or values (slot groups)
@@ -1477,7 +1503,8 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
 
 
 def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
-    """rows (..., seg.values) -> (codes as uint8 (..., seg.values), fp32 scales or exponents (..., tiles))."""
+    """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
+    format packs two, and the fp32 scales or exponents (..., tiles))."""
     g = seg.group
     x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
     amax = _ref_magnitude_bits(x).amax(-1)
@@ -1487,7 +1514,13 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
-    return _ref_encode(q, seg.code).flatten(-2), scale
+    codes = _ref_encode(q, seg.code).flatten(-2)
+    return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+
+
+def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
+    """A segment's bytes (..., seg.nbytes) as fp32 code values (..., seg.values)."""
+    return _ref_decode(_ref_unpack(stored) if seg.packing == 2 else stored, seg.code)
 
 
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
@@ -1523,7 +1556,7 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -
                 records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)] = raw
                 continue
             codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
-            records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)] = codes
+            records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)] = codes
             sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
             tile = torch.arange(seg.tiles, device=device)
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride, scale)
@@ -1551,11 +1584,11 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
                 raw = torch.where(ok, raw.view(seg.raw), 0.0)
                 o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
                 continue
-            codes = records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)]
+            codes = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
             sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
             tile = torch.arange(seg.tiles, device=device)
             scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride)
-            x = _ref_decode(codes, seg.code) * scale.repeat_interleave(seg.group.tile, -1)
+            x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -1589,14 +1622,14 @@ def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dt
             continue
         tile = torch.arange(seg.tiles, device=data.device) * seg.group.nbytes
         scale_f32 = _ref_scale_load(seg.group, _ref_bytes(scale2), rows + seg.dense_column + tile)
-        x = _ref_decode(data2[:, seg.bytes], seg.code) * scale_f32.repeat_interleave(seg.group.tile, -1)
+        x = _ref_codes(seg, data2[:, seg.bytes]) * scale_f32.repeat_interleave(seg.group.tile, -1)
         out[:, seg.columns] = _ref_cast(x, out_dtype, computed=True)
     return out.view(*lead, G.VALUES)
 
 
-# Element formats: spec dtype -> (torch dtype, fmax, NaN code).
+# Element formats: spec dtype -> (torch dtype, fmax, NaN code, bits per code).
 _CODE_DTYPES = {
-    "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F),
+    "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F, 8),
 }
 # The records' Cache field within a plane.
 _REF_RECORDS = 0
@@ -1627,7 +1660,7 @@ def _ref_segments(G) -> tuple:
     """The record's segments for geometry G, in byte order."""
     return (
         _RefSegment("k", value_offset=0, values=128, byte_offset=0, nbytes=128,
-                    code="fp8_e4m3fn", raw=None, group=_REF_GROUPS["k"], tiles=G.K_TILES, scale_field=0,
+                    code="fp8_e4m3fn", packing=1, raw=None, group=_REF_GROUPS["k"], tiles=G.K_TILES, scale_field=0,
                     scale_row=_ref_k_row, scale_stride=G.CACHE_K_SCALE_STRIDE, dense_column=G.K_DENSE_COLUMN),
     )
 

@@ -18,8 +18,11 @@ import torch
 import yaml
 
 # Element formats by their bit fields: (exponent bits, mantissa bits, bias, which codes are not numbers).
-ELEMENTS = {"fp8_e4m3fn": (4, 3, 7, "fn"), "fp8_e5m2": (5, 2, 15, "ieee"), "fp8_e4m3fnuz": (4, 3, 8, "fnuz")}
-NAN_CODE = {"fp8_e4m3fn": 0x7F, "fp8_e5m2": 0x7F, "fp8_e4m3fnuz": 0x80}
+# A code is a sign bit above the exponent and mantissa bits; fp4 e2m1 stores two codes per byte, the
+# even value's in the low nibble.
+ELEMENTS = {"fp8_e4m3fn": (4, 3, 7, "fn"), "fp8_e5m2": (5, 2, 15, "ieee"), "fp8_e4m3fnuz": (4, 3, 8, "fnuz"),
+            "fp4_e2m1": (2, 1, 1, "none")}
+NAN_CODE = {"fp8_e4m3fn": 0x7F, "fp8_e5m2": 0x7F, "fp8_e4m3fnuz": 0x80, "fp4_e2m1": 0x0}   # e2m1 has no NaN: +0
 RAW = {"bf16": (torch.bfloat16, 2), "fp16": (torch.float16, 2), "fp32": (torch.float32, 4)}
 NAN16, NAN32 = 0x7FFF, 0x7FFFFFFF           # the GPU's canonical NaNs (bf16 and fp16, fp32)
 
@@ -32,13 +35,23 @@ def parse_term(term: str) -> tuple:
 
 # --- numbers ---------------------------------------------------------------------------------------
 
+def sign_bit(fmt: str) -> int:
+    ebits, mbits, _, _ = ELEMENTS[fmt]
+    return 1 << (ebits + mbits)
+
+
+def packing(fmt: str) -> int:
+    """Codes per byte."""
+    return 8 // (1 + sum(ELEMENTS[fmt][:2]))
+
+
 def code_value(fmt: str, code: int) -> float:
-    """The value of one fp8 code from its bits (NaN for NaN codes, +-inf for e5m2's infinities)."""
+    """The value of one code from its bits (NaN for NaN codes, +-inf for e5m2's infinities)."""
     ebits, mbits, bias, specials = ELEMENTS[fmt]
-    sign = -1.0 if code & 0x80 else 1.0
+    sign = -1.0 if code & sign_bit(fmt) else 1.0
     e, m = (code >> mbits) & ((1 << ebits) - 1), code & ((1 << mbits) - 1)
     if specials == "fnuz":
-        if code == 0x80:
+        if code == sign_bit(fmt):
             return math.nan
     elif specials == "fn" and e == (1 << ebits) - 1 and m == (1 << mbits) - 1:
         return math.nan
@@ -50,31 +63,47 @@ def code_value(fmt: str, code: int) -> float:
 
 
 def fmax(fmt: str) -> float:
-    return max(v for v in (code_value(fmt, c) for c in range(128)) if math.isfinite(v))
+    return max(v for v in (code_value(fmt, c) for c in range(sign_bit(fmt))) if math.isfinite(v))
 
 
 def encode(fmt: str, q: np.ndarray) -> np.ndarray:
-    """fp8 codes of q: clamped to +-fmax, the nearest code value, ties to the even code; NaN -> the NaN code."""
+    """Codes of q: clamped to +-fmax, the nearest code value, ties to the even code; NaN -> the NaN
+    code (e2m1, which has none: +0)."""
     top = fmax(fmt)
-    codes = [c for c in range(128) if math.isfinite(code_value(fmt, c)) and code_value(fmt, c) <= top]
+    codes = [c for c in range(sign_bit(fmt)) if math.isfinite(code_value(fmt, c)) and code_value(fmt, c) <= top]
     values = np.array([code_value(fmt, c) for c in codes])
-    mag = np.minimum(np.abs(q.astype(np.float64)), top)
+    with np.errstate(invalid="ignore"):
+        mag = np.minimum(np.abs(q.astype(np.float64)), top)
     hi = np.clip(np.searchsorted(values, np.nan_to_num(mag)), 1, len(values) - 1)
     lo = hi - 1
     d_lo, d_hi = mag - values[lo], values[hi] - mag
     pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (np.array(codes)[hi] % 2 == 0))
     out = np.where(pick_hi, np.array(codes)[hi], np.array(codes)[lo]).astype(np.int64)
     negative = np.signbit(q)
+    sign = sign_bit(fmt)
     if ELEMENTS[fmt][3] == "fnuz":
-        out = np.where(negative & (out != 0), out | 0x80, out)       # no -0
+        out = np.where(negative & (out != 0), out | sign, out)       # no -0
     else:
-        out = np.where(negative, out | 0x80, out)
+        out = np.where(negative, out | sign, out)
     return np.where(np.isnan(q), NAN_CODE[fmt], out).astype(np.uint8)
 
 
 def decode(fmt: str, codes: np.ndarray) -> np.ndarray:
-    table = np.array([code_value(fmt, c) for c in range(256)])
+    table = np.array([code_value(fmt, c) for c in range(2 * sign_bit(fmt))])
     return table[codes.astype(np.int64)]
+
+
+def pack(fmt: str, codes: np.ndarray) -> np.ndarray:
+    """Codes as stored bytes: two 4-bit codes per byte, the first in the low nibble."""
+    if packing(fmt) == 1:
+        return codes
+    return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
+
+
+def unpack(fmt: str, data: np.ndarray) -> np.ndarray:
+    if packing(fmt) == 1:
+        return data
+    return np.stack([data & 0xF, data >> 4], -1).reshape(-1)
 
 
 def floor_log2(r: Fraction) -> int:
@@ -169,8 +198,9 @@ class Spec:
         """Bytes of one record item: a segment's values, or a group's scales stored in the record."""
         if "scales" in item:
             return self.scale_entries(item["scales"], values) * self.scale_bytes(item["scales"])
-        width = 1 if item["dtype"] in ELEMENTS else RAW[item["dtype"]][1]
-        return self.segment_values(item, values) * width
+        if item["dtype"] in ELEMENTS:
+            return self.segment_values(item, values) // packing(item["dtype"])
+        return self.segment_values(item, values) * RAW[item["dtype"]][1]
 
     def record_bytes(self, values: int) -> int:
         return sum(self.item_bytes(s, values) for s in self.record)
@@ -370,7 +400,8 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc) -> None:
                             q = (x.astype(np.float64) * 2.0 ** -e).astype(np.float32)
                             stored = (np.array([e + 127], dtype=np.uint8) if spec.scale_bytes(name) == 1
                                       else np.float32(2.0 ** e).reshape(1).view(np.uint8))
-                        state.write(plane, "records", page_id, where, encode(fmt, q), skip=byte + j * size)
+                        state.write(plane, "records", page_id, where, pack(fmt, encode(fmt, q)),
+                                    skip=byte + j * size // packing(fmt))
                         state.write(plane, name, page_id, {"slot": slot, "head": head, "scale": j}, stored)
 
 
@@ -406,7 +437,7 @@ def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16) -> 
                         out[i, head, cols] = convert_bits(row, dtype)
                         continue
                     name, fmt = seg["scale"], seg["dtype"]
-                    codes = state.read(plane, "records", page_id, where, n, skip=byte)
+                    codes = unpack(fmt, state.read(plane, "records", page_id, where, n // packing(fmt), skip=byte))
                     kind, size = spec.group_of(name)
                     if kind == "values":
                         nb = spec.scale_bytes(name)

@@ -279,3 +279,21 @@ def test_fp16_rescale_route(element):
         assert not differ.any()
     else:
         assert differ[shifts < -24].any() and not differ[shifts >= -24].any()
+
+
+def test_e2m1_encoder_is_round_to_nearest_even_with_saturation():
+    """fp4 e2m1's encoder on every bf16 bit pattern and 2^20 random fp32 ones equals the oracle's
+    table of the 16 codes (nearest value, ties to the even code, +-6 beyond; a NaN gives +0)."""
+    from tests import oracle
+    x = torch.cat([all_bf16().to(torch.float32), random_fp32(1 << 20, 7)])
+    got = apply(module("dsv4_mxfp4")._encode_fp4_e2m1, x, torch.uint8)
+    want = torch.from_numpy(oracle.encode("fp4_e2m1", x.numpy()))
+    assert torch.equal(got, want)
+
+
+def test_e2m1_decoder_is_exact_on_every_code():
+    from tests import oracle
+    codes = torch.arange(16, dtype=torch.int32).to(torch.uint8)
+    got = apply(module("dsv4_mxfp4")._decode_fp4_e2m1, codes, torch.float32)
+    want = torch.tensor([oracle.code_value("fp4_e2m1", c) for c in range(16)], dtype=torch.float32)
+    assert torch.equal(bits(got), bits(want))           # -0.0 (code 8) included

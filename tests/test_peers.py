@@ -255,17 +255,17 @@ def _v32_tiles_differ(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
 
 
 def test_ds32_mla_records_are_vllms_pages():
-    """vLLM's kv_cache (num_blocks, block_size, 656): slot s of block b at b * P * 656 + s * 656, the
-    scales at +512 as fp32, the rope at +528 as bf16; slots written out of order land there too."""
+    """vLLM's kv_cache (num_blocks, block_size, 656): slot s of block b at b * P * 656 + s * 656, its
+    codes there, the 4 fp32 scales at +512, the rope at +528 as bf16 (FlashMLA's record, built
+    here from finite rows); slots written out of order land there too."""
     m = module("ds32_mla")
     page = 16
-    x = peer_rows(576, 5)[:40]
+    x = scaled_normal((40, 576), generator(5))
     loc = torch.randperm(4 * page, generator=generator(6))[:40]
     cache = m.Cache(torch.zeros(4, page, 656, dtype=torch.uint8))
     m.quantize_store_ref(x, loc, cache, page)
     flat = cache.k_cache.view(-1)
-    want = ds32_mla_records(x)
-    assert torch.equal(flat[(loc * 656)[:, None] + torch.arange(656)], want)
+    assert torch.equal(flat[(loc * 656)[:, None] + torch.arange(656)], flashmla_v32(x))
 
 
 def test_ds32_mla_equals_flashmlas_reference_except_where_it_propagates_nan():
@@ -287,3 +287,48 @@ def test_ds32_mla_differs_from_vllms_writer_where_its_scale_is_no_power_of_two()
     scale = torch.clamp_min((amax_fmaxf(tiles).double() / 448).float(), 2.0 ** -126)
     power_of_two = ((scale.view(torch.int32) & 0x7FFFFF) == 0) & (scale >= 2.0 ** -13)
     assert torch.equal(differ[finite], ~power_of_two[finite])
+
+
+# --- dsv4_mxfp4: DeepSeek-V4 K in MXFP4, 368-byte records ---------------------------------------------
+
+E2M1_LADDER = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
+
+
+def sglang_dsv4_mxfp4(x: torch.Tensor) -> torch.Tensor:
+    """sglang dsv4 mxfp4_k_cache.py, its torch reference: per 32 nope values the byte
+    round(log2(max(amax, 1e-40)) - log2 6) + 127 clamped to [0, 255] (fp32 math, torch.round), d its
+    power of two; a code counts the midpoints |x| passes against d (> or >=, ties to even), the sign
+    of x as bit 3 (a NaN passes none: +-0 by its sign); two codes per byte, the even value low."""
+    t = x[:, :448].float().unflatten(-1, (14, 32))
+    amax = t.abs().amax(-1)
+    r = torch.log2(torch.clamp_min(amax, 1e-40)) - 2.584962500721156
+    byte = (torch.round(r) + 127).clamp(0, 255)
+    d = torch.exp2(byte.double() - 127).float()[..., None]
+    a = t.abs()
+    codes = sum(((a >= m * d) if up else (a > m * d)).to(torch.int32) for m, up in E2M1_LADDER)
+    codes = (codes | ((t.view(torch.int32) >> 28) & 0x8)).flatten(-2)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    pad = torch.zeros(x.shape[0], 2, dtype=torch.uint8)
+    return torch.cat([packed, byte.to(torch.uint8), pad, x[:, 448:].contiguous().view(torch.uint8)], -1)
+
+
+def dsv4_mxfp4_records(x: torch.Tensor, page: int = 64) -> torch.Tensor:
+    m = module("dsv4_mxfp4")
+    cache = m.Cache(torch.zeros(-(-x.shape[0] // page), page * 368, dtype=torch.uint8))
+    m.quantize_store_ref(x, torch.arange(x.shape[0]), cache, page)
+    return cache.k_cache.view(-1, 368)[: x.shape[0]]
+
+
+def test_dsv4_mxfp4_equals_sglangs_codec_except_on_nan_and_inf():
+    """Equal on every tile of finite values (codes, scale bytes; rope and pad bytes everywhere). A
+    tile holding a NaN or an infinity may differ: sglang keeps a negative NaN's sign (-0, code 8)
+    where kvlayout's codes give +0, and an infinite amax is its byte 255 (log2 inf) where kvlayout
+    stores the largest exponent, 254."""
+    x = peer_rows(512, 4)
+    ours, theirs = dsv4_mxfp4_records(x), sglang_dsv4_mxfp4(x)
+    assert torch.equal(ours[:, 224 + 14:], theirs[:, 224 + 14:])
+    tiles = x[:, :448].float().unflatten(-1, (14, 32))
+    differ = (ours[:, :224] != theirs[:, :224]).unflatten(-1, (14, 16)).any(-1) | (ours[:, 224:238] != theirs[:, 224:238])
+    finite = ~tiles_with(tiles, lambda t: ~t.isfinite())
+    assert not differ[finite].any()
+    assert differ[~finite].any()                         # the corpus does hold such tiles

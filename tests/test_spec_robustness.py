@@ -137,6 +137,15 @@ SEMANTIC = [
     ("inline scales with a dense op", edit(SHIPPED["ds32_mla"], "ops: [gather_dequant, quantize_store]",
                                            "ops: [gather_dequant, quantize_store, quantize]"),
      "ds32_mla", ["ops[2]", "'quantize'", "drop quantize and dequantize"]),
+    # fp4 e2m1: two values per byte
+    ("fp4 segment of an odd width", edit(edit(SHIPPED["dsv4_mxfp4"], "values: 448, dtype: fp4_e2m1", "values: 447, dtype: fp4_e2m1"),
+                                         "group: {values: 32}", "group: {values: 447}"),
+     "dsv4_mxfp4", ["record[0].values", "packs 2 values per byte", "447 is not a multiple of 2"]),
+    ("fp4 group of an odd size", edit(edit(SHIPPED["dsv4_mxfp4"], "group: {values: 32}", "group: {values: 7}"),
+                                      "pad_to: 16", "pad_to: 64"),
+     "dsv4_mxfp4", ["scales.nope.group", "a whole number of bytes", "multiple of 2"]),
+    ("fp4 scales along slots", edit(SHIPPED["mxfp8_v_seqblocked"], "dtype: fp8_e4m3fn", "dtype: fp4_e2m1"),
+     "mxfp8_v_seqblocked", ["scales.x.group", "packs 2 values per byte", "{values: N}"]),
     ("inline item with a typo", edit(SHIPPED["ds32_mla"], "- {scales: nope}", "- {scale: nope}"), "ds32_mla",
      ["record[1]"]),
 ]

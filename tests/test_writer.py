@@ -110,7 +110,7 @@ KILLER = textwrap.dedent("""
         return step
     os.link = die_after(os.link)
     os.rename = die_after(os.rename)
-    writer._exchange = die_after(writer._exchange)
+    writer._exchange = (lambda a, b: False) if {fallback} else die_after(writer._exchange)
     writer.shutil.rmtree = die_after(writer.shutil.rmtree)
     code = cli.main(["--root", {root!r}, "generate"])
     print("steps", steps[0])
@@ -118,27 +118,53 @@ KILLER = textwrap.dedent("""
 """)
 
 
-def killed_run(root: Path, at: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", KILLER.format(repo=str(ROOT), root=str(root), at=at)],
+def killed_run(root: Path, at: int, fallback: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", KILLER.format(repo=str(ROOT), root=str(root), at=at, fallback=fallback)],
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("when", ["first link", "midway", "the swap", "after the swap"])
+@pytest.mark.parametrize("when", ["first link", "midway", "before the swap", "after the swap",
+                                  "between the fallback's renames"])
 def test_a_killed_generate_leaves_the_old_tree_or_the_new(tmp_path, when):
-    """SIGKILL at a file operation (the staging links, the swap, the removal of the old tree after
-    it): generated/ is exactly the old tree or exactly the new one; the next generate finishes the
-    job and removes the staging."""
+    """SIGKILL at a file operation (the staging links, just before the atomic swap, the removal of
+    the old tree after it; or, where the system has no atomic swap, between its two renames):
+    generated/ is then exactly the old tree or exactly the new one (or, between the two renames,
+    missing), and the next generate puts the new tree in place, finishes the job and removes the
+    staging."""
+    fallback = when == "between the fallback's renames"
     root, before, after = changed_repo(tmp_path / "dry")
-    steps = int(killed_run(root, 10 ** 9).stdout.split()[-1])     # a run that is not killed: its step count
+    (root / "generated" / "NOTES.md").write_text("the user's own\n")
+    steps = int(killed_run(root, 10 ** 9, fallback).stdout.split()[-1])     # a run not killed: its step count
     root, before, after = changed_repo(tmp_path / "run")
-    at = {"first link": 1, "midway": steps // 2, "the swap": steps - 1, "after the swap": steps}[when]
-    proc = killed_run(root, at)
+    (root / "generated" / "NOTES.md").write_text("the user's own\n")
+    before, after = snapshot(root), {**after, "generated/NOTES.md": b"the user's own\n"}
+    after = dict(sorted(after.items()))
+    at = {"first link": 1, "midway": steps // 2, "before the swap": steps - 1, "after the swap": steps,
+          "between the fallback's renames": steps - 1}[when]
+    proc = killed_run(root, at, fallback)
     assert proc.returncode == -9, proc.stderr
-    assert snapshot(root) == (after if when == "after the swap" else before)
+    if fallback:
+        assert not (root / "generated").exists()
+    else:
+        assert snapshot(root) == (after if when == "after the swap" else before)
     assert leftovers(root), "the killed run's staging is left for the next run"
     assert kvlayout("generate", root=root).returncode == 0
     assert snapshot(root) == after and not leftovers(root)
     assert kvlayout("check", root=root).returncode == 0
+
+
+def test_a_generate_waits_for_the_lock(tmp_path):
+    """While another run holds the root's lock, a generate does not start (not even reading specs)."""
+    root, before, after = changed_repo(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with writer.locked(root):
+        proc = subprocess.Popen([sys.executable, "-m", "codegen", "--root", str(root), "generate"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=3)
+        assert snapshot(root) == before
+    assert proc.wait(timeout=120) == 0
+    assert snapshot(root) == after
 
 
 def test_two_overlapping_generates_take_turns(tmp_path):

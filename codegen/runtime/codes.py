@@ -63,6 +63,32 @@ def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.const
 
 
 @triton.jit
+def _encode_e2m1(q):
+    """fp32 -> fp4 e2m1 codes (uint8, 0..15; bit 3 the sign): round to nearest even onto
+    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too). Seven comparisons with the
+    midpoints between neighbouring codes, each tie going to the even code (> where the lower
+    neighbour is even, >= where the upper one is). e2m1 has no NaN: a NaN fails every comparison
+    and gives +0 (the sign of a NaN is not kept: the GPU's arithmetic returns the canonical NaN).
+    sm_90 has no e2m1 conversion, and this is exact everywhere."""
+    a = tl.abs(q)
+    code = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
+            + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
+    sign = tl.where(q == q, (q.to(tl.int32, bitcast=True) >> 28) & 0x8, 0)
+    return (code | sign).to(tl.uint8)
+
+
+@triton.jit
+def _decode_e2m1(codes):
+    """fp4 e2m1 codes (the low 4 bits of uint8) -> fp32, exactly: exponent field e, mantissa bit m:
+    m / 2 for e = 0, else (1 + m / 2) * 2^(e - 1); bit 3 the sign (code 8 is -0)."""
+    c = codes.to(tl.int32)
+    e = (c >> 1) & 0x3
+    m = (c & 0x1).to(tl.float32)
+    magnitude = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
+    return tl.where((c & 0x8) != 0, -magnitude, magnitude)
+
+
+@triton.jit
 def _store_ue8m0(addr, exponent, mask, EVICTION: tl.constexpr):
     """Write ue8m0 scale bytes (exponent + 127) at byte addresses `addr`. EVICTION: the stores' cache
     eviction policy ("" for the default, or "evict_last")."""

@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import torch
 
-from .ref_numerics import _ref_bytes, _ref_cast, _ref_decode, _ref_encode, _ref_exp2i, _ref_magnitude_bits
+from .ref_numerics import (_ref_bytes, _ref_cast, _ref_decode, _ref_encode, _ref_exp2i, _ref_magnitude_bits, _ref_pack,
+                           _ref_unpack)
 
 # Each generated module defines these (see the module docstring).
 PLANES: tuple = ()
@@ -67,6 +68,7 @@ class _RefSegment(NamedTuple):
     byte_offset: int
     nbytes: int
     code: str | None          # element format of a quantized segment (a _CODE_DTYPES key)
+    packing: int              # codes per byte (2: fp4, see _ref_pack)
     raw: torch.dtype | None   # dtype of a raw segment
     group: _RefGroup | None
     tiles: int                # scales of one token and head (values groups) or values (slot groups)
@@ -128,7 +130,8 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
 
 
 def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
-    """rows (..., seg.values) -> (codes as uint8 (..., seg.values), fp32 scales or exponents (..., tiles))."""
+    """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
+    format packs two, and the fp32 scales or exponents (..., tiles))."""
     g = seg.group
     x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
     amax = _ref_magnitude_bits(x).amax(-1)
@@ -138,7 +141,13 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
-    return _ref_encode(q, seg.code).flatten(-2), scale
+    codes = _ref_encode(q, seg.code).flatten(-2)
+    return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+
+
+def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
+    """A segment's bytes (..., seg.nbytes) as fp32 code values (..., seg.values)."""
+    return _ref_decode(_ref_unpack(stored) if seg.packing == 2 else stored, seg.code)
 
 
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
@@ -174,7 +183,7 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -
                 records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)] = raw
                 continue
             codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
-            records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)] = codes
+            records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)] = codes
             sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
             tile = torch.arange(seg.tiles, device=device)
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride, scale)
@@ -202,11 +211,11 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
                 raw = torch.where(ok, raw.view(seg.raw), 0.0)
                 o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
                 continue
-            codes = records[rec_row + seg.byte_offset + torch.arange(seg.values, device=device)]
+            codes = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
             sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
             tile = torch.arange(seg.tiles, device=device)
             scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride)
-            x = _ref_decode(codes, seg.code) * scale.repeat_interleave(seg.group.tile, -1)
+            x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -240,7 +249,7 @@ def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dt
             continue
         tile = torch.arange(seg.tiles, device=data.device) * seg.group.nbytes
         scale_f32 = _ref_scale_load(seg.group, _ref_bytes(scale2), rows + seg.dense_column + tile)
-        x = _ref_decode(data2[:, seg.bytes], seg.code) * scale_f32.repeat_interleave(seg.group.tile, -1)
+        x = _ref_codes(seg, data2[:, seg.bytes]) * scale_f32.repeat_interleave(seg.group.tile, -1)
         out[:, seg.columns] = _ref_cast(x, out_dtype, computed=True)
     return out.view(*lead, G.VALUES)
 

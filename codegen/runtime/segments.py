@@ -108,6 +108,61 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
 
 
 @triton.jit
+def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
+                             SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+                             GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
+                             EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+    """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
+    to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
+    BYTE_OFFSET."""
+    lane = tl.arange(0, GROUP)
+    pair = tl.arange(0, GROUP // 2)
+    for first in range(0, TILES, CHUNK):
+        tile = first + tl.arange(0, CHUNK)
+        in_segment = (tile < TILES)[None, :]
+        ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
+        index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
+        x = tl.load(x_ptr + x_row[:, None, None] + (VALUE_OFFSET + index),
+                    mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+        x = _convert(x, tl.float32)
+        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
+        scale = SCALE_OF(amax)
+        if EXACT:
+            q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)
+        else:
+            q = x * _exp2i(-scale)[:, :, None]
+        even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
+        byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
+        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
+        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+
+
+@triton.jit
+def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
+                               SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
+                               SCALE_EVICTION: tl.constexpr, GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr,
+                               BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr):
+    """_dequantize_segment for formats of two codes per byte (fp4): the low nibble of a group's byte
+    i is its value 2i, the high nibble value 2i + 1."""
+    lane = tl.arange(0, GROUP)
+    pair = tl.arange(0, GROUP // 2)
+    for first in range(0, TILES, CHUNK):
+        tile = first + tl.arange(0, CHUNK)
+        in_segment = (tile < TILES)[None, :]
+        read = row_ok[:, None] & in_segment                                  # [rows, tiles]
+        byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
+        codes = tl.load(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), mask=read[:, :, None], other=0)
+        scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+        x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
+        x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
+        if CANON_NAN:
+            x = _canonical_nan(x)
+        index = tile[None, :, None] * GROUP + lane[None, None, :]
+        write = (out_ok[:, None] & in_segment)[:, :, None]
+        tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
+
+
+@triton.jit
 def _store_raw_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row,
                        WIDTH: tl.constexpr, LANES: tl.constexpr, VALUE_OFFSET: tl.constexpr,
                        BYTE_OFFSET: tl.constexpr, DTYPE: tl.constexpr):
