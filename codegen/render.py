@@ -73,7 +73,7 @@ RUNTIME_OPTIONAL = {
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group", "_scale_word_bytes": "word_scales"},
     "host": {"_check_distinct_elements": "out_checks"},
-    "segments": {"_quantize_segment": "_quantize_segment", "_dequantize_segment": "_dequantize_segment",
+    "segments": {"_scaled_groups": ("_quantize_segment", "_quantize_packed_segment"), "_quantize_segment": "_quantize_segment", "_dequantize_segment": "_dequantize_segment",
                  "_quantize_packed_segment": "_quantize_packed_segment",
                  "_dequantize_packed_segment": "_dequantize_packed_segment",
                  "_store_raw_segment": "store_raw", "_load_raw_segment": "load_raw"},

@@ -725,6 +725,22 @@ def _convert(x, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+    """The source values at `values` ([rows, tiles, group] indices) of each row as fp32, and each
+    group's scale: (values divided by their group's scale, the scales). SCALE_OF(amax bits): the
+    scale exponent (power-of-two rules) or the fp32 scale (EXACT)."""
+    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+    x = _convert(x, tl.float32)
+    amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
+    scale = SCALE_OF(amax)
+    if EXACT:
+        q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
+    else:
+        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
+    return q, scale
+
+
+@triton.jit
 def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
@@ -742,15 +758,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        x = tl.load(x_ptr + x_row[:, None, None] + (VALUE_OFFSET + index),
-                    mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
-        x = _convert(x, tl.float32)
-        amax = tl.max(_magnitude_bits(x), axis=2)                            # fp32 bits, NaN ignored
-        scale = SCALE_OF(amax)
-        if EXACT:
-            q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
-        else:
-            q = x * _exp2i(-scale)[:, :, None]                              # exact: a power of two
+        q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
         codes = ENCODE(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
