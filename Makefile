@@ -21,3 +21,7 @@ check: $(BIN)/kvlayout
 
 test: $(BIN)/kvlayout
 	$(BIN)/python -m pytest -q
+
+# GPU only (a CUDA device): every spec x op, the device copy in the same run (see README, Performance).
+bench: $(BIN)/kvlayout
+	$(BIN)/kvlayout bench

@@ -1,7 +1,8 @@
-"""The kvlayout command line: generate, check, explain (and bench on a GPU machine)."""
+"""The kvlayout command line: generate, check, lint, explain (and bench on a GPU machine)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -11,9 +12,11 @@ from . import pipeline, writer
 from .errors import SpecError
 from .model import HEADS, PAGE_SIZE, VALUES
 
-# Exit codes (README): 0 ok; 1 check found drift; 2 a bad spec (or usage); 3 a file could not be read or
-# written (nothing was written); 4 an internal error (a bug in kvlayout; never reported as drift).
+# Exit codes (README): 0 ok; 1 check found drift; 2 a bad spec; 3 a file could not be read or written
+# (nothing was written); 4 bad usage or an internal error (a bug in kvlayout; never reported as drift).
 EXIT_OK, EXIT_DRIFT, EXIT_BAD_SPEC, EXIT_IO, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_USAGE = EXIT_INTERNAL
+FORMATS = ("text", "json", "github")
 
 
 def find_root(start: Path) -> Path:
@@ -23,10 +26,41 @@ def find_root(start: Path) -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def _report(errors) -> int:
-    for err in errors:
-        print(err.render(), file=sys.stderr)
+def _problems(errors) -> list:
+    return [p for err in errors for p in err.problems]
+
+
+def _report(errors, form: str = "text") -> int:
+    """Print every problem of the failing specs: text lines on stderr (path:line:col: message (fix:
+    ...)); or, on stdout, one JSON list, or GitHub Actions error annotations."""
+    problems = _problems(errors)
+    if form == "json":
+        print(json.dumps([{"file": p.mark.path if p.mark else None, "line": p.mark.line if p.mark else None,
+                           "col": p.mark.col if p.mark else None, "message": p.message, "fix": p.fix}
+                          for p in problems], indent=1))
+    elif form == "github":
+        for p in problems:
+            where = f"file={p.mark.path},line={p.mark.line},col={p.mark.col}," if p.mark else ""
+            text = f"{p.message} (fix: {p.fix})" if p.fix else p.message
+            print(f"::error {where}title=kvlayout::{text.replace('%', '%25').replace(chr(10), '%0A')}")
+    else:
+        for err in errors:
+            print(err.render(), file=sys.stderr)
     return EXIT_BAD_SPEC
+
+
+def cmd_lint(args, root: Path) -> int:
+    """Validate specs (all of them, or the ones named) without rendering or writing anything."""
+    try:
+        layouts, compats = pipeline.build_all(root, args.specs or None)
+    except pipeline.SpecErrors as exc:
+        return _report(exc.errors, args.format)
+    count = len(layouts) + len(compats)
+    if args.format == "json":
+        print("[]")
+    elif args.format == "text":
+        print(f"kvlayout lint: {count} spec(s) OK")
+    return EXIT_OK
 
 
 def cmd_generate(args, root: Path) -> int:
@@ -71,10 +105,13 @@ def cmd_explain(args, root: Path) -> int:
         layouts, _ = pipeline.build_all(root, [args.spec])
     except pipeline.SpecErrors as exc:
         return _report(exc.errors)
-    if not layouts:
-        print(f"kvlayout explain: {args.spec} is not a layout spec", file=sys.stderr)
+    wanted = pipeline.resolve(root, args.spec)
+    layout = next((m for m in layouts.values() if (root / m.spec_path) == wanted), None)
+    if layout is None:       # a compat spec (build_all also built the layouts it calls)
+        print(f"kvlayout explain: {args.spec} is not a layout spec (explain the layouts a compat spec calls)",
+              file=sys.stderr)
         return EXIT_BAD_SPEC
-    layout = next(iter(layouts.values()))
+
     sizes = explain_mod.default_sizes(layout)
     for key, value in ((PAGE_SIZE, args.page_size), (HEADS, args.heads), (VALUES, args.values)):
         if value is not None:
@@ -99,20 +136,49 @@ def cmd_bench(args, root: Path) -> int:
     return bench_run.main(args.rest)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with kvlayout's usage exit code (argparse's own 2 is a bad spec's here)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("kvlayout")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvlayout", description="Generate Triton kernels for quantized paged KV caches.")
-    p.add_argument("--root", type=Path, help="repository root (default: found from the current directory)")
-    sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="regenerate generated/ from specs/ (writes only what changed)")
+    p = _Parser(prog="kvlayout", description="Generate Triton kernels for quantized paged KV caches.")
+    p.add_argument("--version", action="version", version=f"kvlayout {_version()}")
+    root_help = "repository root (default: found from the current directory)"
+    p.add_argument("--root", type=Path, help=root_help)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def verb(name, **kwargs):
+        v = sub.add_parser(name, **kwargs)
+        v.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=root_help)   # after the verb too
+        return v
+
+    g = verb("generate", help="regenerate generated/ from specs/ (writes only what changed)")
     g.add_argument("specs", nargs="*", help="only these spec files (no orphan removal)")
-    sub.add_parser("check", help="exit 1 with a diff if generated/ differs from specs/")
-    e = sub.add_parser("explain", help="print the resolved byte map of one layout")
+    verb("check", help="exit 1 with a diff if generated/ differs from specs/")
+    lint = verb("lint", help="validate specs without writing anything: every problem of every file, exit 2 if any")
+    lint.add_argument("specs", nargs="*", help="only these spec files (default: every spec)")
+    lint.add_argument("--format", choices=FORMATS, default="text",
+                      help="text (path:line:col lines on stderr), json (a list on stdout) or github (annotations)")
+    e = verb("explain", help="print the resolved byte map of one layout")
     e.add_argument("spec")
     e.add_argument("--page-size", type=int)
     e.add_argument("--heads", type=int)
     e.add_argument("--values", type=int)
-    sub.add_parser("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help; "
-                   "--host first: host time per eager call, python -m bench.host --help)")
+    verb("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help; "
+         "--host first: host time per eager call, python -m bench.host --help)")
     return p
 
 
@@ -138,7 +204,8 @@ def main(argv=None) -> int:
     else:
         args = parser().parse_args(argv)
     root = (args.root or find_root(Path.cwd())).resolve()
-    handler = {"generate": cmd_generate, "check": cmd_check, "explain": cmd_explain, "bench": cmd_bench}[args.command]
+    handler = {"generate": cmd_generate, "check": cmd_check, "lint": cmd_lint, "explain": cmd_explain,
+               "bench": cmd_bench}[args.command]
     try:
         return handler(args, root)
     except SpecError as err:  # a spec problem found outside build_all

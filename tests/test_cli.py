@@ -258,3 +258,39 @@ def test_spec_text_with_quotes_and_backslashes_stays_inside_the_docstrings(tmp_p
         exec(compile(text.split("\nfrom ", 1)[0], rel, "exec"), namespace)   # the module docstring alone
         assert odd in namespace["__doc__"], rel
         compile(text, rel, "exec")
+
+
+def test_lint_reports_every_problem_in_three_formats(tmp_path):
+    """lint writes nothing: exit 0 with a count on a good tree; on a bad spec exit 2 with every
+    problem as text lines, a JSON list, or GitHub annotations."""
+    import json
+    ok = kvlayout("lint")
+    assert ok.returncode == 0 and "spec(s) OK" in ok.stdout
+    root = with_spec(tmp_path, edit(edit(GOOD, "heads: 1", "heads: one"), "amax_floor: 1.0e-8", "amax_floor: -1"))
+    text = kvlayout("lint", root=root)
+    assert text.returncode == 2 and [l.split(":")[1] for l in text.stderr.splitlines()] == ["9", "22"], text.stderr
+    js = kvlayout("lint", "--format", "json", root=root)
+    assert js.returncode == 2
+    found = json.loads(js.stdout)
+    assert [(f["file"], f["line"]) for f in found] == [("specs/dsv4_k.yaml", 9), ("specs/dsv4_k.yaml", 22)]
+    assert all(f["message"] and f["fix"] for f in found)
+    gh = kvlayout("lint", "--format", "github", root=root)
+    assert gh.returncode == 2
+    assert gh.stdout.splitlines()[0].startswith("::error file=specs/dsv4_k.yaml,line=9,col=8,title=kvlayout::heads: ")
+    assert not (root / "generated").exists()
+
+
+def test_version_usage_errors_and_root_after_the_verb(tmp_path):
+    proc = kvlayout("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("kvlayout ")
+    proc = kvlayout("frobnicate")
+    assert proc.returncode == 4 and "invalid choice" in proc.stderr      # usage: not a bad spec's 2
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "codegen", "check", "--root", str(ROOT)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_explain_refuses_a_compat_spec():
+    proc = kvlayout("explain", "specs/compat/sglang_dsv4.yaml")
+    assert proc.returncode == 2 and "is not a layout spec" in proc.stderr and "record:" not in proc.stdout
