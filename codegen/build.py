@@ -247,6 +247,10 @@ def _segments(tree, groups, checks):
             if seg["dtype"] not in ELEMENT_FORMATS:
                 raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' needs a quantized (fp8) dtype",
                                 "give the raw segment a fixed width")
+            if ELEMENT_FORMATS[seg["dtype"]].packing > 1:
+                raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' is not supported for {seg['dtype']}, "
+                                "which packs several values per byte (the tensors' last dim would count bytes)",
+                                "give the segment a fixed width")
             nvalues: Expr = sym(VALUES)
         else:
             nvalues = const(seg["values"])
@@ -267,14 +271,9 @@ def _segments(tree, groups, checks):
                                 f"segment {g['segment']!r}", "give each quantized segment its own scale group")
             g["segment"] = seg["name"]
         packing = element.packing if element is not None else 1
-        if packing > 1:
-            if nvalues.is_const and nvalues.const_value() % packing:
-                raise SpecError(seg.value_mark("values"), f"{where}.values: {dtype} packs {packing} values per byte, "
-                                f"and {nvalues.const_value()} is not a multiple of {packing}",
-                                f"use a multiple of {packing}")
-            if not nvalues.is_const:
-                checks.append((nvalues, packing, f"{dtype} packs {packing} values per byte: the value count must be a "
-                                                 f"multiple of {packing}"))
+        if packing > 1 and nvalues.const_value() % packing:
+            raise SpecError(seg.value_mark("values"), f"{where}.values: {dtype} packs {packing} values per byte, "
+                            f"and {nvalues.const_value()} is not a multiple of {packing}", f"use a multiple of {packing}")
         out[i] = dict(name=seg["name"], dtype=dtype, values=nvalues, value_offset=value_offset, byte_offset=None,
                       nbytes=nvalues * raw.nbytes if raw else nvalues // packing, element=element, raw=raw,
                       scale=seg["scale"], mark=mark)

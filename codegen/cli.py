@@ -199,8 +199,13 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = _verb_index(argv)
     if verb is not None and argv[verb] == "bench":  # the rest belongs to bench/run.py's own parser
+        rest = argv[verb + 1:]
+        if "--root" in rest[:-1]:                    # (but --root is kvlayout's, after the verb too)
+            at = rest.index("--root")
+            argv, rest = argv[:verb] + rest[at:at + 2] + argv[verb:verb + 1], rest[:at] + rest[at + 2:]
+            verb = _verb_index(argv)
         args = parser().parse_args(argv[: verb + 1])
-        args.rest = argv[verb + 1:]
+        args.rest = rest
     else:
         args = parser().parse_args(argv)
     root = (args.root or find_root(Path.cwd())).resolve()

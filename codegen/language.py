@@ -35,7 +35,7 @@ SEGMENT = Obj(title="a record segment", fields={
                     "how many logical values the segment holds; 'any' (only for a one-segment record) "
                     "takes the width from the tensors at call time"),
     "dtype": Field(Str(enum=ELEMENT_DTYPES + RAW_DTYPES),
-                   "how each value is stored: an fp8 element format (needs 'scale') or a raw dtype copied as is"),
+                   "how each value is stored: an element format, fp8 or fp4 (needs 'scale'), or a raw dtype copied as is"),
     "scale": Field(OneOf((Str(pattern=IDENT, what="a scale group name"), Null())),
                    "the scale group (key of 'scales') that quantizes this segment", None),
 })

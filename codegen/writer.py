@@ -168,7 +168,9 @@ def write(root: Path, files: dict, remove_orphans: bool) -> tuple:
         (stage / STAGED).touch()             # the new tree is whole (see remove_stale_stages)
         if not base.exists():
             os.rename(tree, base)
-        elif not _exchange(tree, base):
+        elif _exchange(tree, base):
+            (stage / STAGED).unlink()        # the stage's tree is the old one now
+        else:
             os.rename(base, stage / "old")
             os.rename(tree, base)
     except OSError as err:

@@ -285,10 +285,14 @@ def test_version_usage_errors_and_root_after_the_verb(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("kvlayout ")
     proc = kvlayout("frobnicate")
     assert proc.returncode == 4 and "invalid choice" in proc.stderr      # usage: not a bad spec's 2
+    root = copy_repo(tmp_path / "repo")
+    stale = root / "generated" / "dsv4_k.py"
+    stale.write_text(stale.read_text() + "# edited\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "codegen", "check", "--root", str(ROOT)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    for argv in (["check", "--root", str(root)], ["--root", str(root), "check"]):
+        proc = subprocess.run([sys.executable, "-m", "codegen", *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "changed: generated/dsv4_k.py" in proc.stdout, (argv, proc.stderr)
 
 
 def test_explain_refuses_a_compat_spec():

@@ -85,7 +85,9 @@ def _decode_e2m1(codes):
     e = (c >> 1) & 0x3
     m = (c & 0x1).to(tl.float32)
     magnitude = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
-    return tl.where((c & 0x8) != 0, -magnitude, magnitude)
+    # the sign as a bit (Triton 3.6 compiles -x as 0 - x, which turns -0 into +0)
+    sign = (c & 0x8) << 28
+    return (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
