@@ -28,6 +28,12 @@ MISSES = [
     "reading and writing back the same 2048 random 32-slot blocks takes 36.5-40 us (`python -m bench.floors`).",
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
+    "dsv4_mxfp4 at 131072 tokens (gather 56%, quantize_store 38%): a first version; a launch-shape sweep "
+    "(`kvlayout bench --sweep --only dsv4_mxfp4`) tops out at 46%, so the packed walks themselves (nibble "
+    "split and join through reshapes) bound it, not the shape.",
+    "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (55-69%): "
+    "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dense ops "
+    "at 2^21 rows reach 93-94%).",
     "eager host time of the generated ops, 1.4-3.2x a bare torch.add (not <= 2x): per call, Triton's compiled "
     "launcher alone takes about one torch.add, the plan key's tensor metadata about 6 us, each output the op "
     "allocates about 4 us (pass out= to gather).",
@@ -35,12 +41,23 @@ MISSES = [
 
 
 def results_table(bench: dict) -> list:
-    lines = ["| layout | op | scenario | size | us | graph us | pdl us | GB/s | % of copy |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    """One row per layout, op and scenario: the decode-size call's CUDA-graph time (and with PDL), then
+    the large call's time, GB/s and % of copy (a case measured at one size only leaves the other blank)."""
+    lines = ["| layout | op | scenario | small: size | graph us | pdl us | large: size | us | GB/s | % of copy |",
+             "|---|---|---|---|---:|---:|---|---:|---:|---:|"]
+    rows: dict = {}
     for r in bench["results"]:
-        graph, pdl = (f"{r[f]:.2f}" if r.get(f) is not None else "" for f in ("graph_us", "pdl_graph_us"))
-        lines.append(f"| {r['layout']} | {r['op']} | {r['scenario']} | {r['size']} | {r['us']:.1f} | {graph} | {pdl} | "
-                     f"{r['gbps']:.0f} | {r['pct_copy']:.1f}% |")
+        rows.setdefault((r["layout"], r["op"], r["scenario"]), []).append(r)
+    for (layout, op, scenario), cases in rows.items():
+        small = next((r for r in cases if r.get("graph_us") is not None), None)
+        large = next((r for r in reversed(cases) if r is not small), None)
+        cells = [layout, op, scenario]
+        cells += ([small["size"], f"{small['graph_us']:.2f}",
+                   f"{small['pdl_graph_us']:.2f}" if small.get("pdl_graph_us") is not None else ""]
+                  if small else ["", "", ""])
+        cells += ([large["size"], f"{large['us']:.1f}", f"{large['gbps']:.0f}", f"{large['pct_copy']:.1f}%"]
+                  if large else ["", "", "", ""])
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
