@@ -282,7 +282,13 @@ def _segments(tree, groups, checks):
         if g["segment"] is None:
             raise SpecError(g["mark"], f"scales.{name}: no segment uses this scale group",
                             f"add 'scale: {name}' to a segment, or remove the group")
-    # Byte offsets, in record order: value segments and inline scales.
+    record_bytes, inline = _place_record_items(record, out, groups)
+    return [out[i] for i in sorted(out)], record_bytes, value_offset, inline
+
+
+def _place_record_items(record, out: dict, groups) -> tuple:
+    """Byte offsets in record order, of the value segments (`out`, by record index: filled in) and of
+    the groups stored inline; returns (record bytes, {group: (record byte offset, mark)})."""
     byte_offset = const(0)
     inline = {}
     for i, item in enumerate(record):
@@ -320,7 +326,7 @@ def _segments(tree, groups, checks):
                             "reorder the record so wider entries come first")
         inline[name] = (byte_offset, mark)
         byte_offset = byte_offset + count * size
-    return [out[i] for i in sorted(out)], byte_offset, value_offset, inline
+    return byte_offset, inline
 
 
 def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
