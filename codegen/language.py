@@ -6,9 +6,7 @@ This table is the single source of truth: ``build`` validates specs against it, 
 from __future__ import annotations
 
 from . import formats
-from .schema import Bool, Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
-
-IDENT = r"[a-z][a-z0-9_]{0,63}"      # at most 64 characters: names become files, modules and constexprs
+from .schema import IDENT, Bool, Field, Float, Int, ListOf, MapOf, Null, Obj, OneOf, Str
 ANY = Str(enum=("any",))
 # Bounds on every size a spec states: far above any real layout, low enough that what the validator
 # accepts also compiles (Triton's tensors hold at most 2^20 elements) and fits an int32 offset.

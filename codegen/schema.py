@@ -16,6 +16,10 @@ from .errors import Mark, SpecError, gather
 from .marked_yaml import MarkedDict, MarkedList
 
 
+# A spec's names become Python identifiers, file and constexpr names: at most 64 characters.
+IDENT = r"[a-z][a-z0-9_]{0,63}"
+
+
 def _show(value) -> str:
     return repr(value) if not isinstance(value, (MarkedDict, dict)) else "a mapping"
 
@@ -226,7 +230,7 @@ class ListOf(Type):
 @dataclass
 class MapOf(Type):
     value: Type
-    key_pattern: str = r"[a-z][a-z0-9_]{0,63}"       # names become identifiers: at most 64 characters
+    key_pattern: str = IDENT
     min_items: int = 0
 
     @property

@@ -2098,32 +2098,43 @@ def _ref_written(loc: torch.Tensor, num_pages: int, page_size: int) -> torch.Ten
     return ok if SINK_SLOT is None else ok & (loc != SINK_SLOT)
 
 
+def _ref_slot_coords(G, loc: torch.Tensor) -> tuple:
+    """(page, slot, block, head) index tensors of slot ids `loc`: (n, 1) each, heads (1, heads)."""
+    page = (loc // G.PAGE_SIZE)[:, None]
+    slot = (loc % G.PAGE_SIZE)[:, None]
+    return page, slot, slot // SCALE_GROUP_TOKENS, torch.arange(G.HEADS, device=loc.device)[None, :]
+
+
+def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
+    """Byte addresses of a segment in the records at `rec_row` (..., 1): (..., seg.nbytes)."""
+    return rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=rec_row.device)
+
+
+def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.Tensor:
+    """Byte addresses of a segment's scales for each (slot, head) row: (..., seg.tiles)."""
+    first = seg.scale_row(G, page, slot, head, block)[..., None]
+    return first + torch.arange(seg.tiles, device=first.device) * seg.scale_stride
+
+
 def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     G = SimpleNamespace(**geo)
-    device = token_ids.device
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
-    loc = torch.where(ok[:, 0, 0], ids, 0)
-    page = (loc // page_size)[:, None]
-    slot = (loc % page_size)[:, None]
-    block = slot // SCALE_GROUP_TOKENS
-    head = torch.arange(G.HEADS, device=device)[None, :]
+    page, slot, block, head = _ref_slot_coords(G, torch.where(ok[:, 0, 0], ids, 0))
     segments = _ref_segments(G)
     for plane, o in enumerate(outs):
         records = _ref_plane_fields(cache, plane, _REF_RECORDS)
         rec_row = _ref_record_row(G, page, slot, head)[..., None]
         for seg in segments:
             if seg.group is None:
-                raw = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
-                raw = torch.where(ok, raw.view(seg.raw), 0.0)
+                raw = torch.where(ok, records[_ref_segment_bytes(seg, rec_row)].view(seg.raw), 0.0)
                 o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
                 continue
-            codes = records[rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=device)]
-            sc_row = seg.scale_row(G, page, slot, head, block)[..., None]
-            tile = torch.arange(seg.tiles, device=device)
-            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field), sc_row + tile * seg.scale_stride)
+            codes = records[_ref_segment_bytes(seg, rec_row)]
+            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
+                                    _ref_scale_addresses(seg, G, page, slot, head, block))
             x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
