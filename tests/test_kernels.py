@@ -184,10 +184,12 @@ def test_append(name, launch, pages, monkeypatch):
     fresh runs written by their leaders, not slices per entry by the lone kernel, and (on a
     GPU of sm_90+) both kernels launched plainly, not as dependent launches, and grown blocks
     rescaled code by code, not as words with inline PTX.
-    Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
+    The tiled lone kernel ("heads") starts from the reference's prefill: every bf16 pattern and the
+    prefill go through each kernel once untiled. Pages of 1, 2 and 4 times the smallest test page: block exponents of a value index in words of
     2, 4 and 8 bytes where the layout keeps them adjacent."""
     m = module(name)
     launch = dict(launch)
+    tiled = "lone_heads" in launch and "lone_programs" not in launch
     monkeypatch.setattr(m, "DEPENDENT_LAUNCH", launch.pop("dependent_launch", True))
     monkeypatch.setattr(m, "PTX_RESCALE", launch.pop("ptx_rescale", True), raising=False)   # layouts with the word rescale
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
@@ -206,19 +208,30 @@ def test_append(name, launch, pages, monkeypatch):
     def slot(seq, t):
         return seqs[seq][t // page] + t % page
 
-    # Every bf16 bit pattern through the encoder: one sequence's prefill on pages of its own.
-    patterns = adversarial_rows(values, gen)
-    pattern_tokens = -(-patterns.shape[0] // heads)
-    spare = pages[2 * len(lengths):]
-    first = [spare[t // page] * page + t % page for t in range(pattern_tokens)]
-    rows = torch.cat([patterns, patterns[: pattern_tokens * heads - patterns.shape[0]]]).view(pattern_tokens, heads, values)
-    v = rows.to(DEVICE)
-    m.append(*plane_rows(m, v), torch.tensor(first).to(DEVICE), cache, page)
-    m.append_ref(*plane_rows(m, v), torch.tensor(first).to(DEVICE), cache_ref, page)
-    assert_same_cache(m, cache, cache_ref, f"{name}.append every bf16 pattern")
-    # Prefill: every sequence's tokens in one call, sequences one after another.
-    loc = [slot(s, t) for s, n in enumerate(lengths) for t in range(n)] + [-1]
-    steps = [torch.tensor(loc)]
+    # Every bf16 bit pattern through the encoder: one sequence's prefill on pages of its own. Once per
+    # kernel (the lone kernel in "scan", the runs kernel in "columns"): tiling heads and columns
+    # changes which lanes are masked, not the encoder.
+    if not tiled:
+        patterns = adversarial_rows(values, gen)
+        pattern_tokens = -(-patterns.shape[0] // heads)
+        spare = pages[2 * len(lengths):]
+        first = [spare[t // page] * page + t % page for t in range(pattern_tokens)]
+        rows = torch.cat([patterns, patterns[: pattern_tokens * heads - patterns.shape[0]]]).view(pattern_tokens, heads, values)
+        v = rows.to(DEVICE)
+        m.append(*plane_rows(m, v), torch.tensor(first).to(DEVICE), cache, page)
+        m.append_ref(*plane_rows(m, v), torch.tensor(first).to(DEVICE), cache_ref, page)
+        assert_same_cache(m, cache, cache_ref, f"{name}.append every bf16 pattern")
+    # Prefill: every sequence's tokens in one call, sequences one after another. With tiled lanes the
+    # reference writes it into both caches (the same prefill is the kernels' in "scan" and "columns"),
+    # and the tiled kernel starts at the decode steps: blocks in use, grown, fresh at a page's end.
+    loc = torch.tensor([slot(s, t) for s, n in enumerate(lengths) for t in range(n)] + [-1])
+    if tiled:
+        v = scaled_normal((loc.numel(), heads, values), gen, torch.float32).to(torch.bfloat16).to(DEVICE)
+        for target in (cache, cache_ref):
+            m.append_ref(*plane_rows(m, v), loc.to(DEVICE), target, page)
+        steps = []
+    else:
+        steps = [loc]
     # Decode: one token per sequence per call, magnitudes rising so block exponents grow.
     for step in range(4):
         steps.append(torch.tensor([slot(s, n + step) for s, n in enumerate(lengths)] + [-3]))
@@ -259,8 +272,8 @@ def test_append_batch_prefill(name, launch, monkeypatch):
     monkeypatch.setitem(m.LAUNCH, "append", {**m.LAUNCH["append"], **launch})
     gen = generator(18)
     heads, values, page = dims(m)
-    lengths = torch.randint(1, 3 * page, (9,), generator=gen).tolist()
-    chunks = torch.randint(1, 40, (9,), generator=gen).tolist()
+    lengths = torch.randint(1, 2 * page, (6,), generator=gen).tolist()
+    chunks = torch.randint(1, 40, (6,), generator=gen).tolist()
     pages_each = [-(-(n + c) // page) for n, c in zip(lengths, chunks)]
     num_pages = sum(pages_each) + 2
     order = torch.randperm(num_pages, generator=gen).tolist()
