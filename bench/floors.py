@@ -22,8 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import run as B  # noqa: E402
+from . import run as B
 
 # The seq-blocked append's bench geometry: a block is 32 slots of 8 heads x 128 one-byte codes.
 BLOCK_SLOTS = 32

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.host import markdown as host_table
+from .host import markdown as host_table
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"

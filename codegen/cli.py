@@ -1,29 +1,42 @@
-"""The kvlayout command line: generate, check, lint, explain (and bench on a GPU machine)."""
+"""The kvlayout command line: init, new, generate, check, lint, explain, diff (and bench on a GPU machine)."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
 
+from . import abi, config, pipeline, render, schema, writer
 from . import explain as explain_mod
-from . import pipeline, writer
 from .errors import SpecError
 from .model import HEADS, PAGE_SIZE, VALUES
 
-# Exit codes (README): 0 ok; 1 check found drift; 2 a bad spec; 3 a file could not be read or written
-# (nothing was written); 4 bad usage or an internal error (a bug in kvlayout; never reported as drift).
+# Exit codes (README): 0 ok; 1 check found drift, or diff a breaking change; 2 a bad spec; 3 a file
+# could not be read or written (nothing was written); 4 bad usage (arguments, no config or a bad
+# one, an unknown revision) or an internal error (a bug in kvlayout; never reported as drift).
 EXIT_OK, EXIT_DRIFT, EXIT_BAD_SPEC, EXIT_IO, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_USAGE = EXIT_INTERNAL
 FORMATS = ("text", "json", "github")
+EXAMPLE = "example"
 
 
-def find_root(start: Path) -> Path:
-    for candidate in (start, *start.parents):
-        if (candidate / "specs").is_dir() and (candidate / "codegen").is_dir():
-            return candidate
-    return Path(__file__).resolve().parent.parent
+class UsageError(Exception):
+    """A command that cannot run as asked: ``str(err)`` is one line for the user (exit 4)."""
+
+
+def find_project(args) -> config.Project:
+    """The project of a command: --config FILE, or --root DIR's config, or the nearest config at or
+    above the current directory. No config is an error (never a fallback)."""
+    if getattr(args, "config", None) is not None:
+        if not Path(args.config).is_file():
+            raise config.ConfigError(f"--config {args.config}: no such file")
+        return config.load(args.config)
+    if getattr(args, "root", None) is not None:
+        return config.at_root(args.root)
+    return config.find(Path.cwd())
 
 
 def _problems(errors) -> list:
@@ -49,10 +62,10 @@ def _report(errors, form: str = "text") -> int:
     return EXIT_BAD_SPEC
 
 
-def cmd_lint(args, root: Path) -> int:
+def cmd_lint(args, project: config.Project) -> int:
     """Validate specs (all of them, or the ones named) without rendering or writing anything."""
     try:
-        layouts, compats = pipeline.build_all(root, args.specs or None)
+        layouts, compats = pipeline.build_all(project, args.specs or None)
     except pipeline.SpecErrors as exc:
         return _report(exc.errors, args.format)
     count = len(layouts) + len(compats)
@@ -63,16 +76,16 @@ def cmd_lint(args, root: Path) -> int:
     return EXIT_OK
 
 
-def cmd_generate(args, root: Path) -> int:
+def cmd_generate(args, project: config.Project) -> int:
     start = time.perf_counter()
-    with writer.locked(root):               # runs on one root take turns, from reading the specs on
+    with writer.locked(project.root):       # runs on one root take turns, from reading the specs on
         try:
-            files = pipeline.render_all(root, args.specs or None)
+            files = pipeline.render_all(project, args.specs or None)
         except pipeline.SpecErrors as exc:
             print("kvlayout generate: nothing written", file=sys.stderr)
             return _report(exc.errors)
         try:
-            written, removed = writer.write(root, files, remove_orphans=not args.specs)
+            written, removed = writer.write(project.root, files, remove_orphans=not args.specs, trees=project.trees)
         except writer.WriteError as err:
             print(f"kvlayout generate: {err}", file=sys.stderr)
             return EXIT_IO
@@ -84,56 +97,198 @@ def cmd_generate(args, root: Path) -> int:
     return EXIT_OK
 
 
-def cmd_check(args, root: Path) -> int:
+def _folders(project: config.Project) -> str:
+    return " and ".join(f"{t}/" for t in project.trees)
+
+
+def cmd_check(args, project: config.Project) -> int:
     try:
-        files = pipeline.render_all(root)
+        files = pipeline.render_all(project)
     except pipeline.SpecErrors as exc:
         return _report(exc.errors)
-    diffs = writer.drift(root, files)
+    diffs = writer.drift(project.root, files, project.trees)
     if diffs:
         for d in diffs:
             sys.stdout.write(d if d.endswith("\n") else d + "\n")
-        print(f"kvlayout check: {len(diffs)} file(s) under generated/ differ from specs/; run `kvlayout generate`",
-              file=sys.stderr)
+        print(f"kvlayout check: {len(diffs)} file(s) under {_folders(project)} differ from the specs; "
+              "run `kvlayout generate`", file=sys.stderr)
         return EXIT_DRIFT
-    print(f"kvlayout check: {len(files)} generated files match specs/")
+    print(f"kvlayout check: {len(files)} generated files match the specs")
     return EXIT_OK
 
 
-def cmd_explain(args, root: Path) -> int:
+def cmd_explain(args, project: config.Project) -> int:
     try:
-        layouts, _ = pipeline.build_all(root, [args.spec])
+        layouts, _ = pipeline.build_all(project, [args.spec])
     except pipeline.SpecErrors as exc:
         return _report(exc.errors)
-    wanted = pipeline.resolve(root, args.spec)
-    layout = next((m for m in layouts.values() if (root / m.spec_path) == wanted), None)
+    wanted = pipeline.resolve(project, args.spec)
+    layout = next((m for m in layouts.values() if (project.root / m.spec_path) == wanted), None)
     if layout is None:       # a compat spec (build_all also built the layouts it calls)
-        print(f"kvlayout explain: {args.spec} is not a layout spec (explain the layouts a compat spec calls)",
-              file=sys.stderr)
-        return EXIT_BAD_SPEC
-
+        raise UsageError(f"{args.spec} is not a layout spec (explain the layouts a compat spec calls)")
     sizes = explain_mod.default_sizes(layout)
     for key, value in ((PAGE_SIZE, args.page_size), (HEADS, args.heads), (VALUES, args.values)):
         if value is not None:
             if value < 1:
-                print(f"kvlayout explain: --{key.replace('_', '-')} must be at least 1, got {value}", file=sys.stderr)
-                return EXIT_BAD_SPEC
+                raise UsageError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
             sizes[key] = value
     try:
-        text = explain_mod.explain(layout, sizes)
+        if args.svg is not None:
+            picture = explain_mod.svg(layout, sizes)
+        text = json.dumps(explain_mod.page_map(layout, sizes), indent=1) + "\n" if args.json else \
+            explain_mod.explain(layout, sizes)
     except ValueError as exc:
-        print(f"kvlayout explain: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
+        raise UsageError(str(exc)) from None
+    if args.svg is not None:
+        if args.svg == "-":
+            sys.stdout.write(picture)
+            return EXIT_OK
+        Path(args.svg).write_text(picture)
+        print(f"wrote {args.svg}", file=sys.stderr)
+        if not args.json:
+            return EXIT_OK
     sys.stdout.write(text)
     return EXIT_OK
 
 
-def cmd_bench(args, root: Path) -> int:
-    if args.rest[:1] == ["--host"]:     # host time per eager call, the seeds side by side
-        from bench import host as bench_host
-        return bench_host.main(args.rest[1:])
-    from bench import run as bench_run  # GPU only; imports torch and the generated modules
-    return bench_run.main(args.rest)
+def cmd_diff(args, project: config.Project) -> int:
+    """The layout ABI change of every spec from a git revision to the working tree; exit 1 if breaking."""
+    try:
+        changes = abi.diff(project, args.against)
+    except pipeline.SpecErrors as exc:
+        return _report(exc.errors)
+    except abi.GitError as err:
+        raise UsageError(str(err)) from None
+    breaking = sum(c.breaking for c in changes)
+    if args.format == "json":
+        print(json.dumps([{"spec": c.spec, "breaking": c.breaking, "change": c.what} for c in changes], indent=1))
+    else:
+        for c in changes:
+            print(c.render())
+        print(f"kvlayout diff: {len(changes)} change(s) since {args.against}, {breaking} breaking"
+              if changes else f"kvlayout diff: no layout ABI change since {args.against}", file=sys.stderr)
+    return EXIT_DRIFT if breaking else EXIT_OK
+
+
+# --- init and new: a project of one's own --------------------------------------------------------
+
+def _shipped_specs() -> Path:
+    """This kvlayout's own layout specs: kvlayout/specs in a wheel, specs/ in a checkout."""
+    here = Path(__file__).resolve().parent
+    return here / "specs" if (here / "specs").is_dir() else here.parent / "specs"
+
+
+def _schema_ref(project: config.Project, spec_dir: Path) -> str:
+    return Path(os.path.relpath(project.out_dir / "spec.schema.json", spec_dir)).as_posix()
+
+
+def _spec_text(project: config.Project, name: str, like: str | None) -> str:
+    spec_dir = project.spec_dir()
+    modeline = f"# yaml-language-server: $schema={_schema_ref(project, spec_dir)}"
+    if like is None:
+        return render.render_example(name=name, schema=_schema_ref(project, spec_dir),
+                                     reference=Path(os.path.relpath(project.out_dir / "SPEC_REFERENCE.md",
+                                                                    project.root)).as_posix(),
+                                     path=f"{project.specs[0]}/{name}.yaml")
+    candidates = [Path(like), *(project.root / s / f"{like}.yaml" for s in project.specs),
+                  _shipped_specs() / f"{like}.yaml"]
+    source = next((c for c in candidates if c.is_file()), None)
+    if source is None:
+        shipped = ", ".join(sorted(p.stem for p in _shipped_specs().glob("*.yaml")))
+        raise UsageError(f"--like {like}: no such spec file, project spec or shipped spec (shipped: {shipped})")
+    text = source.read_text(encoding="utf-8")
+    if re.search(r"^compat:", text, re.M):
+        raise UsageError(f"--like {like}: a compat spec; new scaffolds layout specs")
+    if not re.search(r"^name:.*$", text, re.M):
+        raise UsageError(f"--like {like}: has no top-level name: to replace")
+    text = re.sub(r"^name:.*$", f"name: {name}", text, count=1, flags=re.M)
+    if text.startswith("# yaml-language-server:"):
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    return f"{modeline}\n{text}"
+
+
+def cmd_new(args, project: config.Project) -> int:
+    """Scaffold a layout spec in the first spec folder: a commented example, or a copy of --like."""
+    if not re.fullmatch(schema.IDENT, args.name):
+        raise UsageError(f"NAME {args.name!r} must be an identifier (letters, digits, _; at most 64 characters)")
+    target = project.spec_dir() / f"{args.name}.yaml"
+    if target.exists():
+        raise UsageError(f"{target.relative_to(project.root).as_posix()} exists already")
+    text = _spec_text(project, args.name, args.like)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    rel = target.relative_to(project.root).as_posix()
+    print(f"wrote {rel}")
+    try:
+        pipeline.build_all(project, [target])
+    except pipeline.SpecErrors as exc:
+        print(f"kvlayout new: {rel} does not lint yet:", file=sys.stderr)
+        return _report(exc.errors)
+    print(f"next: edit {rel}, then `kvlayout explain {rel}` and `kvlayout generate`")
+    return EXIT_OK
+
+
+CONFIG_TEMPLATE = """\
+# The kvlayout project config (kvlayout's README, "Use kvlayout in your project", documents it).
+# Paths are relative to this file. kvlayout writes only into `output` (and `svg`, if set).
+
+# The layout specs (a folder, or a list of them); compat specs sit in its compat/ folder.
+specs = "{specs}"
+# The generated package: one module per layout spec, and its import name.
+output = "{output}"
+package = "{package}"
+# A byte-map picture per layout spec, kept in sync by `kvlayout check`:
+# svg = "docs/layouts"
+"""
+
+
+def cmd_init(args) -> int:
+    """Write a config, the JSON Schema where the specs' modeline finds it, and one example spec."""
+    root = Path(args.root or Path.cwd()).resolve()
+    if not root.is_dir():
+        raise UsageError(f"{root}: no such directory")
+    existing = config.config_in(root)
+    if existing is not None:
+        raise UsageError(f"{existing} is a kvlayout config already; nothing written")
+    package = args.package or Path(args.output).name
+    text = CONFIG_TEMPLATE.format(specs=args.specs, output=args.output, package=package)
+    path = root / config.CONFIG_FILE
+    path.write_text(text, encoding="utf-8")
+    try:
+        project = config.load(path)
+    except config.ConfigError:
+        path.unlink()
+        raise
+    written = [path]
+    schema_file = project.out_dir / "spec.schema.json"
+    schema_file.parent.mkdir(parents=True, exist_ok=True)
+    schema_file.write_text(render.render_schema(), encoding="utf-8")
+    written.append(schema_file)
+    spec_dir = project.spec_dir()
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    if not any(spec_dir.glob("*.yaml")):
+        example = spec_dir / f"{EXAMPLE}.yaml"
+        example.write_text(_spec_text(project, EXAMPLE, None), encoding="utf-8")
+        written.append(example)
+    for p in written:
+        print(f"wrote {p.relative_to(root).as_posix()}")
+    print("next: `kvlayout generate` writes the modules; `kvlayout new NAME [--like SPEC]` adds a spec")
+    return EXIT_OK
+
+
+def cmd_bench(args, project: config.Project) -> int:
+    host = args.rest[:1] == ["--host"]       # host time per eager call, the seeds side by side
+    rest = args.rest[1:] if host else args.rest
+    if "--package" not in rest:              # the project's generated modules
+        rest = ["--package", project.package, *rest]
+    # GPU only for bench.run; both import torch and the generated modules
+    return _sibling("bench.host" if host else "bench.run").main(rest)
+
+
+def _sibling(name: str):
+    """A module beside this package: bench/ of a checkout (package codegen), kvlayout.bench in a wheel."""
+    import importlib
+    return importlib.import_module(name if __package__ == "codegen" else f"{__package__}.{name}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,21 +308,34 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+GLOBAL_OPTIONS = ("--root", "--config")
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kvlayout", description="Generate Triton kernels for quantized paged KV caches.")
     p.add_argument("--version", action="version", version=f"kvlayout {_version()}")
-    root_help = "repository root (default: found from the current directory)"
+    root_help = "the project's directory (its config must be there; default: found from the current directory up)"
+    config_help = "the project's config file (kvlayout.toml, or a pyproject.toml with [tool.kvlayout])"
     p.add_argument("--root", type=Path, help=root_help)
+    p.add_argument("--config", type=Path, help=config_help)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def verb(name, **kwargs):
         v = sub.add_parser(name, **kwargs)
         v.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=root_help)   # after the verb too
+        v.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=config_help)
         return v
 
-    g = verb("generate", help="regenerate generated/ from specs/ (writes only what changed)")
+    i = verb("init", help="write kvlayout.toml, the spec schema and an example spec (in --root or here)")
+    i.add_argument("--specs", default=config.DEFAULTS["specs"], help="spec folder (default: specs)")
+    i.add_argument("--output", default=config.DEFAULTS["output"], help="generated package folder (default: generated)")
+    i.add_argument("--package", help="its import name (default: the output folder's name)")
+    n = verb("new", help="scaffold a layout spec: a commented example, or a copy of --like")
+    n.add_argument("name")
+    n.add_argument("--like", help="a spec file, a spec of the project, or a shipped spec's name (e.g. dsv4_k)")
+    g = verb("generate", help="regenerate the output from the specs (writes only what changed)")
     g.add_argument("specs", nargs="*", help="only these spec files (no orphan removal)")
-    verb("check", help="exit 1 with a diff if generated/ differs from specs/")
+    verb("check", help="exit 1 with a diff if the output differs from the specs")
     lint = verb("lint", help="validate specs without writing anything: every problem of every file, exit 2 if any")
     lint.add_argument("specs", nargs="*", help="only these spec files (default: every spec)")
     lint.add_argument("--format", choices=FORMATS, default="text",
@@ -177,6 +345,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--page-size", type=int)
     e.add_argument("--heads", type=int)
     e.add_argument("--values", type=int)
+    e.add_argument("--json", action="store_true", help="the byte map as JSON on stdout")
+    e.add_argument("--svg", metavar="FILE", help="write a byte-map picture of one page to FILE (- for stdout)")
+    d = verb("diff", help="the layout ABI change of every spec since a git revision; exit 1 if breaking")
+    d.add_argument("--against", required=True, metavar="GIT_REF", help="the revision to compare with (e.g. main)")
+    d.add_argument("--format", choices=("text", "json"), default="text")
     verb("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help; "
          "--host first: host time per eager call, python -m bench.host --help)")
     return p
@@ -186,7 +359,7 @@ def _verb_index(argv) -> int | None:
     """Index of the command word, skipping the global options before it."""
     i = 0
     while i < len(argv):
-        if argv[i] == "--root":
+        if argv[i] in GLOBAL_OPTIONS:
             i += 2
         elif argv[i].startswith("-"):
             i += 1
@@ -200,19 +373,24 @@ def main(argv=None) -> int:
     verb = _verb_index(argv)
     if verb is not None and argv[verb] == "bench":  # the rest belongs to bench/run.py's own parser
         rest = argv[verb + 1:]
-        if "--root" in rest[:-1]:                    # (but --root is kvlayout's, after the verb too)
-            at = rest.index("--root")
-            argv, rest = argv[:verb] + rest[at:at + 2] + argv[verb:verb + 1], rest[:at] + rest[at + 2:]
-            verb = _verb_index(argv)
+        for option in GLOBAL_OPTIONS:                # (but --root and --config are kvlayout's, after the verb too)
+            if option in rest[:-1]:
+                at = rest.index(option)
+                argv, rest = argv[:verb] + rest[at:at + 2] + argv[verb:verb + 1], rest[:at] + rest[at + 2:]
+                verb = _verb_index(argv)
         args = parser().parse_args(argv[: verb + 1])
         args.rest = rest
     else:
         args = parser().parse_args(argv)
-    root = (args.root or find_root(Path.cwd())).resolve()
     handler = {"generate": cmd_generate, "check": cmd_check, "lint": cmd_lint, "explain": cmd_explain,
-               "bench": cmd_bench}[args.command]
+               "diff": cmd_diff, "new": cmd_new, "bench": cmd_bench}.get(args.command)
     try:
-        return handler(args, root)
+        if args.command == "init":
+            return cmd_init(args)
+        return handler(args, find_project(args))
+    except (config.ConfigError, UsageError) as err:
+        print(f"kvlayout {args.command}: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except SpecError as err:  # a spec problem found outside build_all
         return _report([err])
     except OSError as err:    # a file that could not be read (writes are reported by cmd_generate)

@@ -77,3 +77,167 @@ def explain(layout: Layout, sizes: dict) -> str:
         sink = " (sink: never written)" if layout.sink == loc else ""
         lines.append(f"  slot {loc} (page {page}, slot {slot}){sink}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
+
+
+# --- the page map: the same facts as data (explain --json), a picture (--svg), the ABI (diff) --------
+
+def _ev(layout: Layout, sizes: dict):
+    env = dict(sizes)
+    for expr, multiple, message in layout.runtime_checks:
+        if expr.evaluate(env) % multiple:
+            raise ValueError(f"{message} (page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]})")
+    return lambda e: e.evaluate(env)
+
+
+def _group(g) -> dict:
+    return {"name": g.name, "format": g.format.name, "rule": g.rule, "amax_floor": g.amax_floor,
+            "exponents": [g.exponent_lo, g.exponent_hi], "zero_byte": g.zero_byte,
+            "group": {g.kind: g.size}, "segment": g.segment, "element": g.element.name}
+
+
+def record_map(layout: Layout, ev) -> list:
+    """One record in byte order: segments, inline scales, and the pad bytes between or after them."""
+    parts, at = [], 0
+    for start, end, s, inline in layout.record_parts:
+        start, end = ev(start), ev(end)
+        if start > at:
+            parts.append({"kind": "pad", "name": "pad", "start": at, "end": start})
+        if inline is not None:
+            parts.append({"kind": "scales", "name": inline.name, "start": start, "end": end,
+                          "format": inline.format.name, "count": ev(inline.count),
+                          "pad": ev(inline.padded_count) - ev(inline.count), "of": inline.segment})
+        else:
+            v0 = ev(s.value_offset)
+            parts.append({"kind": "segment", "name": s.name, "start": start, "end": end, "dtype": s.dtype,
+                          "values": [v0, v0 + ev(s.values)], "scales": s.scale.name if s.quantized else None})
+        at = max(at, end)
+    total = ev(layout.record_bytes)
+    if total > at:
+        parts.append({"kind": "pad", "name": "pad", "start": at, "end": total})
+    return parts
+
+
+def page_map(layout: Layout, sizes: dict) -> dict:
+    """Every byte of one page of each buffer (and of one record) at concrete sizes, as plain data."""
+    ev = _ev(layout, sizes)
+    buffers = []
+    for b in layout.buffers:
+        regions, used = [], 0
+        for r in b.regions:
+            entry = {"holds": r.holds, "inline": r.inline,
+                     "dims": {t.text: ev(t.extent) for t in r.terms},
+                     "strides": {t.text: ev(t.stride) for t in r.terms},
+                     "element_bytes": ev(r.element_bytes)}
+            if r.inline:
+                entry["record_offset"] = ev(r.record_offset)
+            else:
+                entry.update(start=ev(r.offset), end=ev(r.offset) + ev(r.nbytes))
+                used = max(used, entry["end"])
+            regions.append(entry)
+        page_bytes = ev(b.page_bytes)
+        buffers.append({"name": b.name, "page_bytes": page_bytes, "dtype": b.torch_dtype,
+                        "shape": ["num_pages", *(ev(d) for d in b.shape)], "regions": regions,
+                        "padding": [used, page_bytes] if page_bytes > used else None})
+    return {"layout": layout.name, "spec": layout.spec_path, "sizes": dict(sizes), "planes": list(layout.planes),
+            "sink": layout.sink, "record_bytes": ev(layout.record_bytes), "record": record_map(layout, ev),
+            "scales": [_group(g) for g in layout.scales], "buffers": buffers, "ops": list(layout.ops)}
+
+
+# Colours by what the bytes hold; scale groups take the warm ones in spec order.
+_SEGMENT_COLOURS = {"fp4": "#b39ddb", "fp8": "#90caf9", "bf16": "#a5d6a7", "fp16": "#c5e1a5", "fp32": "#80cbc4"}
+_SCALE_COLOURS = ("#ffb74d", "#f48fb1", "#ffe082", "#bcaaa4")
+_PAD = "#e0e0e0"
+_RECORDS = "#bbdefb"
+_WIDTH, _BAR, _ROW, _LEFT = 960, 34, 18, 10
+
+
+def _segment_colour(dtype: str) -> str:
+    return next((c for key, c in _SEGMENT_COLOURS.items() if dtype.startswith(key)), "#cfd8dc")
+
+
+def _esc(text) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _bar(y: int, title: str, total: int, cells: list) -> tuple:
+    """One bar of `total` bytes: (svg lines, height). cells: (start, end, colour, label, note)."""
+    out = [f'<text x="{_LEFT}" y="{y + 13}" class="t">{_esc(title)}</text>']
+    y += 20
+    scale = (_WIDTH - 2 * _LEFT) / max(total, 1)
+    ticks = sorted({0, total, *(c[0] for c in cells), *(c[1] for c in cells)})
+    for start, end, colour, label, _ in cells:
+        x, w = _LEFT + start * scale, max((end - start) * scale, 1.5)
+        out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{_BAR}" fill="{colour}" stroke="#455a64" '
+                   f'stroke-width="0.5"><title>{_esc(label)} [{start}, {end})</title></rect>')
+        if w > 7 * len(label):
+            out.append(f'<text x="{x + w / 2:.1f}" y="{y + _BAR / 2 + 4}" class="c">{_esc(label)}</text>')
+    last = -99.0
+    for t in ticks:                        # offsets under the bar, where they do not collide
+        x = _LEFT + t * scale
+        if x - last >= 34 or t == total:
+            anchor = "end" if t == total else "middle" if t else "start"
+            out.append(f'<line x1="{x:.1f}" y1="{y + _BAR}" x2="{x:.1f}" y2="{y + _BAR + 4}" stroke="#455a64"/>')
+            out.append(f'<text x="{x:.1f}" y="{y + _BAR + 15}" class="o" text-anchor="{anchor}">{t}</text>')
+            last = x
+    y += _BAR + 22
+    for start, end, colour, label, note in cells:   # the key: every cell with its exact range
+        out.append(f'<rect x="{_LEFT}" y="{y}" width="12" height="12" fill="{colour}" stroke="#455a64" stroke-width="0.5"/>')
+        out.append(f'<text x="{_LEFT + 18}" y="{y + 10}" class="k">bytes [{start}, {end})  {_esc(label)}'
+                   f'{"  " + _esc(note) if note else ""}</text>')
+        y += _ROW
+    return out, y + 10
+
+
+def svg(layout: Layout, sizes: dict) -> str:
+    """A byte-map picture of one page of every buffer and of one record, offsets labelled."""
+    m = page_map(layout, sizes)
+    colour = {g["name"]: _SCALE_COLOURS[i % len(_SCALE_COLOURS)] for i, g in enumerate(m["scales"])}
+    groups = {g["name"]: g for g in m["scales"]}
+    lines, y = [], 10
+    s = m["sizes"]
+    lines.append(f'<text x="{_LEFT}" y="{y + 14}" class="h">{_esc(layout.name)}: one page at page_size={s[PAGE_SIZE]}, '
+                 f'heads={s[HEADS]}, values={s[VALUES]} (planes: {", ".join(m["planes"])}, each with these buffers)</text>')
+    y += 30
+    cells = []
+    for p in m["record"]:
+        if p["kind"] == "segment":
+            note = f"values [{p['values'][0]}, {p['values'][1]})"
+            if p["scales"]:
+                g = groups[p["scales"]]
+                note += f", scaled by {g['name']} ({g['format']}, {g['rule']}, one per {next(iter(g['group'].values()))} "\
+                        f"{next(iter(g['group']))})"
+            cells.append((p["start"], p["end"], _segment_colour(p["dtype"]), f"{p['name']} {p['dtype']}", note))
+        elif p["kind"] == "scales":
+            cells.append((p["start"], p["end"], colour[p["name"]], f"{p['name']} scales",
+                          f"{p['count']} x {p['format']} of {p['of']}"
+                          + (f" and {p['pad']} pad" if p["pad"] else "") + ", in the record"))
+        else:
+            cells.append((p["start"], p["end"], _PAD, "pad", "never written"))
+    part, y = _bar(y, f"one record: {m['record_bytes']} bytes per token and head", m["record_bytes"], cells)
+    lines += part
+    for b in m["buffers"]:
+        cells = []
+        for r in b["regions"]:
+            if r["inline"]:
+                continue
+            dims = " x ".join(f"{k}:{v}" for k, v in r["dims"].items())
+            if r["holds"] == "records":
+                cells.append((r["start"], r["end"], _RECORDS, "records", f"[{dims}] x {r['element_bytes']} B"))
+            else:
+                g = groups[r["holds"]]
+                cells.append((r["start"], r["end"], colour[r["holds"]], f"{r['holds']} scales",
+                              f"[{dims}] x {g['format']}, strides "
+                              + ", ".join(f"{k}={v}" for k, v in r["strides"].items())))
+        if b["padding"]:
+            cells.append((*b["padding"], _PAD, "padding", "never written"))
+        shape = ", ".join(str(d) for d in b["shape"])
+        part, y = _bar(y, f"buffer {b['name']}: one page, {b['page_bytes']} bytes (alloc ({shape}) {b['dtype']})",
+                       b["page_bytes"], cells)
+        lines += part
+    header = f"<!-- Code generated by kvlayout from {layout.spec_path}. DO NOT EDIT. -->"
+    style = ("<style>text{font-family:ui-monospace,Menlo,Consolas,monospace;fill:#263238}.h{font-size:14px;"
+             "font-weight:bold}.t{font-size:13px}.c{font-size:11px;text-anchor:middle}.o{font-size:10px}"
+             ".k{font-size:11px}</style>")
+    body = "\n".join(lines)
+    return (f'{header}\n<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{y}" '
+            f'viewBox="0 0 {_WIDTH} {y}">\n{style}\n<rect width="100%" height="100%" fill="#ffffff"/>\n{body}\n</svg>\n')

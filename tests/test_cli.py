@@ -18,16 +18,20 @@ def kvlayout(*args, root=ROOT):
                           capture_output=True, text=True, timeout=120)
 
 
+CONFIG = 'specs = "specs"\noutput = "generated"\npackage = "generated"\n'
+
+
 def copy_repo(tmp_path: Path) -> Path:
+    """The repository's specs and generated package under a config of their own (no pictures)."""
     for part in ("specs", "generated"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "codegen").mkdir()
+    (tmp_path / "kvlayout.toml").write_text(CONFIG)
     return tmp_path
 
 
 def with_spec(tmp_path: Path, text: str, name: str = "dsv4_k.yaml") -> Path:
     (tmp_path / "specs").mkdir(exist_ok=True)
-    (tmp_path / "codegen").mkdir(exist_ok=True)
+    (tmp_path / "kvlayout.toml").write_text(CONFIG)
     (tmp_path / "specs" / name).write_text(text)
     return tmp_path
 
@@ -204,8 +208,9 @@ def test_explain_mxfp8_interleaved_scales():
 
 
 def test_explain_rejects_sizes_the_spec_forbids():
+    """Sizes the layout refuses are a bad argument (usage, exit 4), not a bad spec."""
     proc = kvlayout("explain", "specs/mxfp8_kv.yaml", "--page-size", "48")
-    assert proc.returncode == 2 and "page_size must be a multiple of 32" in proc.stderr
+    assert proc.returncode == 4 and "page_size must be a multiple of 32" in proc.stderr
 
 
 def test_every_type_problem_of_a_file_is_reported(tmp_path):
@@ -240,7 +245,7 @@ def test_an_unclosed_quote_is_reported_where_it_opens(tmp_path):
 
 def test_explain_rejects_sizes_below_one(tmp_path):
     proc = kvlayout("explain", "specs/dsv4_k.yaml", "--page-size", "0")
-    assert proc.returncode == 2 and "--page-size must be at least 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 4 and "--page-size must be at least 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_spec_text_with_quotes_and_backslashes_stays_inside_the_docstrings(tmp_path):
@@ -297,4 +302,4 @@ def test_version_usage_errors_and_root_after_the_verb(tmp_path):
 
 def test_explain_refuses_a_compat_spec():
     proc = kvlayout("explain", "specs/compat/sglang_dsv4.yaml")
-    assert proc.returncode == 2 and "is not a layout spec" in proc.stderr and "record:" not in proc.stdout
+    assert proc.returncode == 4 and "is not a layout spec" in proc.stderr and "record:" not in proc.stdout

@@ -1,0 +1,197 @@
+"""`kvlayout diff --against REF`: the layout ABI change of every spec between a git revision and the
+working tree, each change classified as buf's `breaking` does.
+
+A cache written by one layout must be readable by the other: every fact that places or decodes a
+byte (planes, record parts and their element formats, buffers, regions, offsets, strides, page
+bytes, scale formats and groups, the sink) is compared at concrete sizes, and any difference is
+breaking. What only changes how new bytes are chosen (a scale rule, its floor or exponent range)
+is compatible: old caches still read the same. So are new specs and new ops; a removed spec or op,
+or a compat function removed, breaks its callers.
+"""
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config, explain, pipeline
+from .errors import Mark
+from .model import HEADS, PAGE_SIZE, VALUES
+
+# Facts of a scale group that only steer the quantizer (old caches decode the same).
+ENCODE_ONLY = ("rule", "amax_floor", "exponents")
+
+
+class GitError(Exception):
+    """The revision or its files could not be read; ``str(err)`` is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Change:
+    spec: str                 # the spec's path, as in the working tree (or the revision, if removed)
+    breaking: bool
+    what: str                 # one line
+
+    def render(self) -> str:
+        return f"{self.spec}: {'breaking' if self.breaking else 'compatible'}: {self.what}"
+
+
+def _git(root: Path, *args) -> str:
+    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    if proc.returncode:
+        raise GitError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout
+
+
+def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Project:
+    """Write the spec folders of `ref` into `into`; returns that copy's Project."""
+    try:
+        top = Path(_git(project.root, "rev-parse", "--show-toplevel").strip())
+    except FileNotFoundError:
+        raise GitError("git is not installed") from None
+    try:
+        _git(project.root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except GitError:
+        raise GitError(f"--against {ref}: not a revision of {top}") from None
+    for folder in project.specs:
+        rel = (project.root / folder).resolve().relative_to(top.resolve()).as_posix()
+        for name in _git(top, "ls-tree", "-r", "--name-only", ref, "--", rel).splitlines():
+            inner = Path(name).relative_to(rel)
+            if inner.suffix != ".yaml" or len(inner.parts) > 2 or (len(inner.parts) == 2 and inner.parts[0] != "compat"):
+                continue
+            data = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{name}"], capture_output=True).stdout
+            target = into / folder / inner
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    return config.Project(root=into, config=into / config.CONFIG_FILE, specs=project.specs, output=project.output,
+                          package=project.package)
+
+
+def _sizes(layout) -> list:
+    """The sizes a layout is compared at: its explain defaults, then twice the page (and 3 heads,
+    where heads are free), each only where the layout allows it."""
+    base = explain.default_sizes(layout)
+    other = {**base, PAGE_SIZE: 2 * base[PAGE_SIZE]}
+    if not layout.heads.is_const:
+        other[HEADS] = 3
+    return [base, other]
+
+
+def facts(layout, sizes: dict) -> dict:
+    """{fact: value} of one layout at concrete sizes, flat, keyed by names (not positions)."""
+    m = explain.page_map(layout, sizes)
+    out = {"planes": m["planes"], "sink": m["sink"], "record bytes per token and head": m["record_bytes"]}
+    for p in m["record"]:
+        label = f"record {p['kind']} {p['name']}" + (f" at byte {p['start']}" if p["kind"] == "pad" else "")
+        out[label] = {k: v for k, v in p.items() if k not in ("kind", "name")}
+    for g in m["scales"]:
+        for k, v in g.items():
+            if k != "name":
+                out[f"scale group {g['name']}: {k}"] = v
+    for b in m["buffers"]:
+        out[f"buffer {b['name']}: page bytes"] = b["page_bytes"]
+        out[f"buffer {b['name']}: allocation"] = [b["shape"], b["dtype"]]
+        for r in b["regions"]:
+            out[f"buffer {b['name']}: {r['holds']} region"] = {k: v for k, v in r.items() if k != "holds"}
+    return _flat(out)
+
+
+def _flat(facts: dict, prefix: str = "") -> dict:
+    """Nested mappings as one level of keys ("buffer cache: nope region: dims: scale"), so each change
+    is reported on its own."""
+    out = {}
+    for key, value in facts.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}: "))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _at(sizes: dict) -> str:
+    return f"page_size={sizes[PAGE_SIZE]}, heads={sizes[HEADS]}, values={sizes[VALUES]}"
+
+
+def compare_layout(old, new) -> list:
+    changes, seen = [], set()
+    spec = new.spec_path
+    for op in old.ops:
+        if op not in new.ops:
+            changes.append(Change(spec, True, f"op {op} removed (its callers break)"))
+    for op in new.ops:
+        if op not in old.ops:
+            changes.append(Change(spec, False, f"op {op} added"))
+    if new.page_size_multiple % old.page_size_multiple:
+        changes.append(Change(spec, True, f"page sizes: a multiple of {old.page_size_multiple} -> of "
+                                          f"{new.page_size_multiple} (some pages the old layout took are refused)"))
+    elif new.page_size_multiple != old.page_size_multiple:
+        changes.append(Change(spec, False, f"page sizes: a multiple of {old.page_size_multiple} -> of {new.page_size_multiple}"))
+    for sizes in _sizes(new):
+        try:
+            a, b = facts(old, sizes), facts(new, sizes)
+        except ValueError:               # sizes one of the two layouts refuses (its page-size change is above)
+            continue
+        for key in sorted(set(a) | set(b), key=lambda k: (k not in a, k not in b, k)):
+            if a.get(key) == b.get(key) or key in seen:
+                continue
+            seen.add(key)
+            encode_only = key.startswith("scale group ") and key.split(": ")[1] in ENCODE_ONLY
+            if key not in a:
+                what = f"{key}: added {b[key]}"
+            elif key not in b:
+                what = f"{key}: removed (was {a[key]})"
+            else:
+                what = f"{key}: {a[key]} -> {b[key]}"
+            changes.append(Change(spec, not encode_only, f"{what} (at {_at(sizes)})" if not encode_only else
+                                  f"{what} (new writes differ; caches written before read the same)"))
+    return changes
+
+
+def compare_compat(old, new) -> list:
+    changes = []
+    was = {f.name: f for f in old.functions}
+    now = {f.name: f for f in new.functions}
+    for name in sorted(set(was) | set(now)):
+        if name not in now:
+            changes.append(Change(new.spec_path, True, f"function {name} removed (its callers break)"))
+        elif name not in was:
+            changes.append(Change(new.spec_path, False, f"function {name} added"))
+        elif [p for p, _ in was[name].params] != [p for p, _ in now[name].params][: len(was[name].params)] or any(
+                d is None for _, d in now[name].params[len(was[name].params):]):
+            changes.append(Change(new.spec_path, True, f"function {name}: parameters "
+                                  f"({', '.join(p for p, _ in was[name].params)}) -> "
+                                  f"({', '.join(p for p, _ in now[name].params)})"))
+    return changes
+
+
+def diff(project: config.Project, ref: str) -> list:
+    """Every ABI change from `ref`'s specs to the working tree's. Raises GitError, or
+    pipeline.SpecErrors for specs (of either side) that do not build."""
+    new_layouts, new_compats = pipeline.build_all(project)
+    with tempfile.TemporaryDirectory(prefix="kvlayout-diff-") as tmp:
+        old_project = checkout_specs(project, ref, Path(tmp))
+        try:
+            old_layouts, old_compats = pipeline.build_all(old_project)
+        except pipeline.SpecErrors as exc:
+            for err in exc.errors:           # name the revision's files as ref:path
+                for p in err.problems:
+                    if p.mark is not None:
+                        p.mark = Mark(f"{ref}:{p.mark.path}", p.mark.line, p.mark.col)
+            raise
+    changes = []
+    for name in sorted(set(old_layouts) | set(new_layouts)):
+        if name not in new_layouts:
+            changes.append(Change(old_layouts[name].spec_path, True, f"layout {name} removed"))
+        elif name not in old_layouts:
+            changes.append(Change(new_layouts[name].spec_path, False, f"layout {name} added"))
+        else:
+            changes += compare_layout(old_layouts[name], new_layouts[name])
+    for name in sorted(set(old_compats) | set(new_compats)):
+        if name not in new_compats:
+            changes.append(Change(old_compats[name].spec_path, True, f"compat module {name} removed"))
+        elif name not in old_compats:
+            changes.append(Change(new_compats[name].spec_path, False, f"compat module {name} added"))
+        else:
+            changes += compare_compat(old_compats[name], new_compats[name])
+    return changes
