@@ -43,8 +43,7 @@ from pathlib import Path
 import torch
 import triton
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent      # the checkout (or, installed, the kvlayout package)
 
 COPY_BYTES = 1 << 30
 GRAPH_CALLS = 100
@@ -446,6 +445,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", action="append", default=[], help="LAYOUT or LAYOUT.OP (repeatable)")
     p.add_argument("--sweep", action="store_true", help="time each case under several launch shapes instead")
     p.add_argument("--package", default="generated", help="import the layout modules from this package")
+    p.add_argument("--specs", type=Path, default=ROOT / "specs", help="the layout specs to bench (one module each)")
     p.add_argument("--against", metavar="PACKAGE", help="also time each case with this package's modules (e.g. an "
                    "earlier generated/ kept in an ignored folder), back to back, and print both side by side")
     args = p.parse_args(argv)
@@ -455,7 +455,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     copy_gbps = device_copy_gbps()
     floor = launch_floor_us()
-    layouts = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
+    layouts = sorted(p.stem for p in args.specs.glob("*.yaml"))
     results, pairs = [], []
     for name in layouts:
         if args.only and not any(o.split(".")[0] == name for o in args.only):

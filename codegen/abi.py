@@ -6,7 +6,8 @@ byte (planes, record parts and their element formats, buffers, regions, offsets,
 bytes, scale formats and groups, the sink) is compared at concrete sizes, and any difference is
 breaking. What only changes how new bytes are chosen (a scale rule, its floor or exponent range)
 is compatible: old caches still read the same. So are new specs and new ops; a removed spec or op,
-or a compat function removed, breaks its callers.
+or a compat function removed, breaks its callers. The revision's specs are read from the spec
+folders the working tree's config names (layouts of a folder the revision lacks count as added).
 """
 from __future__ import annotations
 
@@ -55,12 +56,20 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
     except GitError:
         raise GitError(f"--against {ref}: not a revision of {top}") from None
     for folder in project.specs:
-        rel = (project.root / folder).resolve().relative_to(top.resolve()).as_posix()
-        for name in _git(top, "ls-tree", "-r", "--name-only", ref, "--", rel).splitlines():
+        where = (project.root / folder).resolve()
+        if not where.is_relative_to(top.resolve()):
+            raise GitError(f"spec folder {folder}: resolves to {where}, outside the git repository {top}")
+        rel = where.relative_to(top.resolve()).as_posix()
+        for name in _git(top, "ls-tree", "-r", "-z", "--name-only", ref, "--", rel).split("\0"):
+            if not name:
+                continue
             inner = Path(name).relative_to(rel)
             if inner.suffix != ".yaml" or len(inner.parts) > 2 or (len(inner.parts) == 2 and inner.parts[0] != "compat"):
                 continue
-            data = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{name}"], capture_output=True).stdout
+            shown = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{name}"], capture_output=True)
+            if shown.returncode:
+                raise GitError(f"git show {ref}:{name}: {shown.stderr.decode(errors='replace').strip() or 'failed'}")
+            data = shown.stdout
             target = into / folder / inner
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
@@ -122,7 +131,7 @@ def compare_layout(old, new) -> list:
     for op in new.ops:
         if op not in old.ops:
             changes.append(Change(spec, False, f"op {op} added"))
-    if new.page_size_multiple % old.page_size_multiple:
+    if old.page_size_multiple % new.page_size_multiple:
         changes.append(Change(spec, True, f"page sizes: a multiple of {old.page_size_multiple} -> of "
                                           f"{new.page_size_multiple} (some pages the old layout took are refused)"))
     elif new.page_size_multiple != old.page_size_multiple:
@@ -149,19 +158,49 @@ def compare_layout(old, new) -> list:
 
 
 def compare_compat(old, new) -> list:
-    changes = []
+    """A compat module's calls: a function removed, a parameter removed, renamed, moved or added
+    without a default, a default dropped or changed, another return type, another layout op called,
+    or a type's fields changed break callers; new functions and defaulted parameters do not."""
+    spec, changes = new.spec_path, []
+    was_types, now_types = dict(old.types), dict(new.types)
+    for name in sorted(set(was_types) | set(now_types)):
+        if name not in now_types:
+            changes.append(Change(spec, True, f"type {name} removed"))
+        elif name not in was_types:
+            changes.append(Change(spec, False, f"type {name} added"))
+        elif tuple(was_types[name]) != tuple(now_types[name]):
+            changes.append(Change(spec, True, f"type {name}: fields {list(was_types[name])} -> {list(now_types[name])}"))
     was = {f.name: f for f in old.functions}
     now = {f.name: f for f in new.functions}
     for name in sorted(set(was) | set(now)):
         if name not in now:
-            changes.append(Change(new.spec_path, True, f"function {name} removed (its callers break)"))
-        elif name not in was:
-            changes.append(Change(new.spec_path, False, f"function {name} added"))
-        elif [p for p, _ in was[name].params] != [p for p, _ in now[name].params][: len(was[name].params)] or any(
-                d is None for _, d in now[name].params[len(was[name].params):]):
-            changes.append(Change(new.spec_path, True, f"function {name}: parameters "
-                                  f"({', '.join(p for p, _ in was[name].params)}) -> "
-                                  f"({', '.join(p for p, _ in now[name].params)})"))
+            changes.append(Change(spec, True, f"function {name} removed (its callers break)"))
+            continue
+        if name not in was:
+            changes.append(Change(spec, False, f"function {name} added"))
+            continue
+        a, b = was[name], now[name]
+        before, after = dict(a.params), dict(b.params)
+        names_a, names_b = [p for p, _ in a.params], [p for p, _ in b.params]
+        if names_b[: len(names_a)] != names_a:
+            changes.append(Change(spec, True, f"function {name}: parameters ({', '.join(names_a)}) -> ({', '.join(names_b)})"))
+        else:
+            for p in names_b[len(names_a):]:
+                changes.append(Change(spec, after[p] is None, f"function {name}: parameter {p} added"
+                                      + (" without a default" if after[p] is None else f" (default {after[p]})")))
+            for p in names_a:
+                if before[p] != after[p] and before[p] is not None:
+                    what = "dropped" if after[p] is None else f"{before[p]} -> {after[p]}"
+                    changes.append(Change(spec, True, f"function {name}: default of {p}: {what}"))
+                elif before[p] != after[p]:
+                    changes.append(Change(spec, False, f"function {name}: parameter {p} gets the default {after[p]}"))
+        if a.returns != b.returns:
+            changes.append(Change(spec, True, f"function {name}: returns {a.returns or 'the op result'} -> "
+                                  f"{b.returns or 'the op result'}"))
+        if (a.layout, a.op) != (b.layout, b.op):
+            changes.append(Change(spec, True, f"function {name}: calls {a.layout}.{a.op} -> {b.layout}.{b.op}"))
+        if a.args != b.args:
+            changes.append(Change(spec, True, f"function {name}: the op's arguments {dict(a.args)} -> {dict(b.args)}"))
     return changes
 
 

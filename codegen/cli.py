@@ -126,6 +126,8 @@ def cmd_explain(args, project: config.Project) -> int:
     layout = next((m for m in layouts.values() if (project.root / m.spec_path) == wanted), None)
     if layout is None:       # a compat spec (build_all also built the layouts it calls)
         raise UsageError(f"{args.spec} is not a layout spec (explain the layouts a compat spec calls)")
+    if args.svg == "-" and args.json:
+        raise UsageError("--svg - and --json would both write to stdout; give --svg a file")
     sizes = explain_mod.default_sizes(layout)
     for key, value in ((PAGE_SIZE, args.page_size), (HEADS, args.heads), (VALUES, args.values)):
         if value is not None:
@@ -208,22 +210,26 @@ def _spec_text(project: config.Project, name: str, like: str | None) -> str:
 
 
 def cmd_new(args, project: config.Project) -> int:
-    """Scaffold a layout spec in the first spec folder: a commented example, or a copy of --like."""
+    """Scaffold a layout spec in the first spec folder: a commented example, or a copy of --like.
+    The new file must lint (a name Python or kvlayout reserves does not): otherwise nothing stays."""
     if not re.fullmatch(schema.IDENT, args.name):
-        raise UsageError(f"NAME {args.name!r} must be an identifier (letters, digits, _; at most 64 characters)")
+        raise UsageError(f"NAME {args.name!r} must be a lowercase identifier: a letter first, then lowercase letters, "
+                         "digits or _ (at most 64 characters)")
+    for folder in project.specs:
+        other = project.root / folder / f"{args.name}.yaml"
+        if other.exists():
+            raise UsageError(f"{other.relative_to(project.root).as_posix()} exists already")
     target = project.spec_dir() / f"{args.name}.yaml"
-    if target.exists():
-        raise UsageError(f"{target.relative_to(project.root).as_posix()} exists already")
     text = _spec_text(project, args.name, args.like)
-    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     rel = target.relative_to(project.root).as_posix()
-    print(f"wrote {rel}")
     try:
         pipeline.build_all(project, [target])
     except pipeline.SpecErrors as exc:
-        print(f"kvlayout new: {rel} does not lint yet:", file=sys.stderr)
+        target.unlink()
+        print(f"kvlayout new: {rel} would not lint, so it was not written:", file=sys.stderr)
         return _report(exc.errors)
+    print(f"wrote {rel}")
     print(f"next: edit {rel}, then `kvlayout explain {rel}` and `kvlayout generate`")
     return EXIT_OK
 
@@ -244,6 +250,9 @@ package = "{package}"
 
 def cmd_init(args) -> int:
     """Write a config, the JSON Schema where the specs' modeline finds it, and one example spec."""
+    if getattr(args, "config", None) is not None:
+        raise UsageError("init writes kvlayout.toml into --root DIR (or the current folder); --config names an "
+                         "existing config")
     root = Path(args.root or Path.cwd()).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: no such directory")
@@ -253,19 +262,23 @@ def cmd_init(args) -> int:
     package = args.package or Path(args.output).name
     text = CONFIG_TEMPLATE.format(specs=args.specs, output=args.output, package=package)
     path = root / config.CONFIG_FILE
+    spec_dir = root / args.specs
+    made = not spec_dir.exists() and not Path(args.specs).is_absolute() and ".." not in Path(args.specs).parts
+    if made:
+        spec_dir.mkdir(parents=True)
     path.write_text(text, encoding="utf-8")
     try:
         project = config.load(path)
     except config.ConfigError:
         path.unlink()
+        if made:
+            spec_dir.rmdir()
         raise
     written = [path]
     schema_file = project.out_dir / "spec.schema.json"
     schema_file.parent.mkdir(parents=True, exist_ok=True)
     schema_file.write_text(render.render_schema(), encoding="utf-8")
     written.append(schema_file)
-    spec_dir = project.spec_dir()
-    spec_dir.mkdir(parents=True, exist_ok=True)
     if not any(spec_dir.glob("*.yaml")):
         example = spec_dir / f"{EXAMPLE}.yaml"
         example.write_text(_spec_text(project, EXAMPLE, None), encoding="utf-8")
@@ -279,8 +292,10 @@ def cmd_init(args) -> int:
 def cmd_bench(args, project: config.Project) -> int:
     host = args.rest[:1] == ["--host"]       # host time per eager call, the seeds side by side
     rest = args.rest[1:] if host else args.rest
-    if "--package" not in rest:              # the project's generated modules
+    if "--package" not in rest:              # the project's generated modules and their specs
         rest = ["--package", project.package, *rest]
+    if "--specs" not in rest:
+        rest = ["--specs", str(project.spec_dir()), *rest]
     # GPU only for bench.run; both import torch and the generated modules
     return _sibling("bench.host" if host else "bench.run").main(rest)
 

@@ -15,6 +15,7 @@ Keys (every path relative to the config's directory, inside it):
 """
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -61,9 +62,12 @@ def _read(path: Path) -> dict | None:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read: {exc}") from None
-    if path.name == CONFIG_FILE:
+    if path.name != PYPROJECT:                # kvlayout.toml, or a --config file of any other name
         return data
-    table = data.get("tool", {}).get("kvlayout")
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: [tool] must be a table")
+    table = tool.get("kvlayout")
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.kvlayout] must be a table")
     return table
@@ -82,7 +86,7 @@ def _relative(path: Path, key: str, value) -> str:
 
 def load(path: Path) -> Project:
     """The Project of one config file (kvlayout.toml, or a pyproject.toml with [tool.kvlayout])."""
-    path = Path(path).resolve()
+    path = Path(os.path.abspath(path))       # a linked config names this folder's project, not the link's target's
     table = _read(path)
     if table is None:
         raise ConfigError(f"{path}: has no [tool.kvlayout] table; add one, or run `kvlayout init`")
@@ -109,8 +113,17 @@ def load(path: Path) -> Project:
             if _overlaps(folder, s):
                 raise ConfigError(f"{path}: {key} = {folder!r} overlaps the spec folder {s!r}; kvlayout replaces "
                                   f"that folder's generated files, keep the specs elsewhere")
+    for i, a in enumerate(specs):
+        for b in specs[i + 1:]:
+            if _overlaps(a, b):
+                raise ConfigError(f"{path}: spec folders {a!r} and {b!r} overlap; list each folder once (compat "
+                                  "specs sit in <folder>/compat/ by themselves)")
     if svg and _overlaps(svg, output):
         raise ConfigError(f"{path}: svg = {svg!r} overlaps output = {output!r}; give the pictures a folder of their own")
+    for s in specs:
+        if not (path.parent / s).is_dir():
+            raise ConfigError(f"{path}: specs = {s!r}: no such folder in {path.parent} (create it, or fix the path; "
+                              "`kvlayout init` makes one)")
     return Project(root=path.parent, config=path, specs=specs, output=output, package=package, svg=svg)
 
 
@@ -132,7 +145,7 @@ def config_in(directory: Path) -> Path | None:
 
 def find(start: Path) -> Project:
     """The project whose config is nearest at or above ``start``."""
-    start = Path(start).resolve()
+    start = Path(os.path.abspath(start))
     for directory in (start, *start.parents):
         found = config_in(directory)
         if found is not None:
@@ -143,7 +156,7 @@ def find(start: Path) -> Project:
 
 def at_root(root: Path) -> Project:
     """The project of --root DIR: its config must be in DIR itself."""
-    root = Path(root).resolve()
+    root = Path(os.path.abspath(root))
     if not root.is_dir():
         raise ConfigError(f"--root {root}: no such directory")
     found = config_in(root)

@@ -82,6 +82,10 @@ def build_all(project, paths=None) -> tuple:
             _check_place(project, path, kind, display)
             if kind == "layout":
                 layout = build.build_layout(tree, display, digest)
+                if layout.name in layouts:
+                    raise SpecError(tree.value_mark("name"), f"name: {layout.name!r} is also the name of "
+                                    f"{layouts[layout.name].spec_path}; spec names are unique across spec folders",
+                                    "rename one of the two files (and its name:)")
                 layouts[layout.name] = layout
             else:
                 pending.append((tree, display, digest))

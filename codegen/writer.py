@@ -7,7 +7,8 @@ rename (Linux's RENAME_EXCHANGE; elsewhere two renames). Any failure before the 
 a file that cannot be linked or removed, a directory where a file belongs) leaves the tree exactly
 as it was and no staging files behind. Runs on one root are serialized by a lock on the root
 directory. Orphans are removed only if they carry kvlayout's generated-code header: files of the
-user's own in a tree are kept as they are.
+user's own in a tree are kept as they are (Python's __pycache__ folders in a tree are not carried
+over: Python rebuilds them).
 """
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ def _stage(base: Path, stage: Path, files: dict, removed: set, root: Path, tree:
                 target.symlink_to(os.readlink(path))
             elif path.is_dir():
                 target.mkdir()
+                shutil.copystat(path, target)    # a folder keeps its mode (a private one stays private)
             else:
                 _link_or_copy(path, target, rewritten=rel in files or rel in removed)
                 if rel in removed and target.exists():
@@ -139,7 +141,8 @@ def _stage(base: Path, stage: Path, files: dict, removed: set, root: Path, tree:
 
 
 def _stage_prefix(base: Path) -> str:
-    return f"{STAGE_PREFIX}{base.name}-"
+    """Stages of one tree: the dot ends the name (the stages of a sibling tree kv-pics are not kv's)."""
+    return f"{STAGE_PREFIX}{base.name}."
 
 
 def remove_stale_stages(root: Path, tree: str = GENERATED) -> None:
@@ -193,6 +196,8 @@ def _write_tree(root: Path, tree_rel: str, files: dict, remove_orphans: bool) ->
     tree = stage / base.name
     try:
         tree.mkdir()
+        if base.is_dir():
+            shutil.copystat(base, tree)
         _stage(base, tree, {rel: files[rel] for rel in written}, set(removed), root, tree_rel)
         (stage / STAGED).touch()             # the new tree is whole (see remove_stale_stages)
         if not base.exists():

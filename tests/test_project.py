@@ -4,6 +4,7 @@ new, output only where the config says, diff's breaking-change check, explain's 
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -191,16 +192,112 @@ def test_diff_classifies_breaking_and_compatible_changes(tmp_path):
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")
-def test_diff_of_every_shipped_spec_against_a_rewritten_copy_finds_each_byte_move(tmp_path):
-    """Moving any one buffer's regions (reversing their order) is breaking for every layout with two."""
+def test_diff_finds_every_moved_region_and_a_stricter_page_size(tmp_path):
+    """For every shipped layout: reversing a buffer's regions (where it has two) moves bytes, and a
+    page multiple the old one is not a multiple of refuses pages the old layout took: both breaking;
+    the reverse page change (less strict) is compatible."""
     root = _git_project(tmp_path)
-    project = config.at_root(root)
-    layouts, _ = pipeline.build_all(project)
-    for name, layout in layouts.items():
-        for b in layout.buffers:
-            if len(b.regions) - sum(r.inline for r in b.regions) >= 2:
-                old = abi.facts(layout, abi._sizes(layout)[0])
-                assert any(k.startswith(f"buffer {b.name}: ") for k in old), name
+    layouts, _ = pipeline.build_all(config.at_root(root))
+    reversed_ = []
+    for name, layout in sorted(layouts.items()):
+        spec = root / "specs" / f"{name}.yaml"
+        good = spec.read_text()
+        block = good[good.index("buffers:"):good.index("ops:")]
+        items = [line for line in block.splitlines() if line.strip().startswith("- {holds:")]
+        buffers = [line for line in block.splitlines() if re.match(r"  [a-z_]+:", line)]
+        if len(items) == 2 and len(buffers) == 1:                   # one buffer of two regions: swap them
+            spec.write_text(good.replace(block, block.replace(items[0], "\0").replace(items[1], items[0])
+                                                     .replace("\0", items[1])))
+            proc = kv("diff", "--against", "HEAD", cwd=root)
+            assert proc.returncode == 1 and f"specs/{name}.yaml: breaking: buffer " in proc.stdout, (name, proc)
+            reversed_.append(name)
+        multiple = layout.page_size_multiple
+        stricter = (good.replace(f"size_multiple_of: {multiple}", f"size_multiple_of: {multiple * 2}", 1)
+                    if "size_multiple_of:" in good else edit(good, "kvlayout: 1\n", "kvlayout: 1\npage: {size_multiple_of: 2}\n"))
+        spec.write_text(stricter)
+        proc = kv("diff", "--against", "HEAD", cwd=root)
+        assert proc.returncode == 1 and "breaking: page sizes" in proc.stdout, (name, proc.stdout, proc.stderr)
+        spec.write_text(good)
+    assert len(reversed_) >= 3, reversed_
+    git(root, "commit", "-qam", "stricter", "--allow-empty")
+    spec = root / "specs" / "mxfp8_kv.yaml"
+    good = spec.read_text()
+    spec.write_text(good.replace("size_multiple_of: 32", "size_multiple_of: 64", 1))
+    git(root, "commit", "-qam", "stricter")
+    spec.write_text(good)
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 0 and "compatible: page sizes: a multiple of 64 -> of 32" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_of_compat_calls(tmp_path):
+    root = _git_project(tmp_path)
+    spec = root / "specs" / "compat" / "sglang_mxfp8.yaml"
+    good = spec.read_text()
+    cases = [("params: [x, out_dtype=torch.bfloat16]", "params: [x, out_dtype=torch.float16]", True,
+              "default of out_dtype: torch.bfloat16 -> torch.float16"),
+             ("params: [x, out_dtype=torch.bfloat16]", "params: [x, out_dtype]", True, "default of out_dtype: dropped"),
+             ("MXFP8Tensor: [data, scale]", "MXFP8Tensor: [scale, data]", True, "type MXFP8Tensor: fields"),
+             ("    returns: MXFP8Tensor\n", "", True, "returns MXFP8Tensor -> the op result"),
+             ("params: [x]\n", "params: [x, y=None]\n", False, "parameter y added (default None)")]
+    for old, new, breaking, words in cases:
+        spec.write_text(edit(good, old, new))
+        proc = kv("diff", "--against", "HEAD", cwd=root)
+        assert proc.returncode == int(breaking) and words in proc.stdout, (old, proc.stdout, proc.stderr)
+    spec.write_text(good)
+
+
+def test_spec_folders_must_exist_not_overlap_and_names_stay_unique(tmp_path):
+    (tmp_path / "kvlayout.toml").write_text('specs = "spec"\n')              # a typo: no such folder
+    (tmp_path / "specs").mkdir()
+    proc = kv("generate", cwd=tmp_path)
+    assert proc.returncode == 4 and "specs = 'spec': no such folder" in proc.stderr
+    (tmp_path / "kvlayout.toml").write_text('specs = ["specs", "specs/more"]\n')
+    (tmp_path / "specs" / "more").mkdir()
+    assert "overlap" in kv("lint", cwd=tmp_path).stderr
+    (tmp_path / "more").mkdir()
+    (tmp_path / "kvlayout.toml").write_text('specs = ["specs", "more"]\n')
+    for folder in ("specs", "more"):
+        shutil.copy(ROOT / "specs" / "dsv4_k.yaml", tmp_path / folder)
+    proc = kv("lint", cwd=tmp_path)
+    assert proc.returncode == 2 and "spec names are unique across spec folders" in proc.stderr, proc.stderr
+    assert kv("new", "dsv4_k", cwd=tmp_path).returncode == 4, "new looks in every spec folder"
+    proc = kv("new", "import", cwd=tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "specs" / "import.yaml").exists(), "nothing that fails lint stays"
+
+
+def test_a_linked_config_keeps_its_own_folder_as_the_root(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "kvlayout.toml").write_text('specs = "specs"\n')
+    repo = tmp_path / "repo"
+    (repo / "specs").mkdir(parents=True)
+    shutil.copy(ROOT / "specs" / "dsv4_k.yaml", repo / "specs")
+    (repo / "kvlayout.toml").symlink_to(shared / "kvlayout.toml")
+    assert kv("generate", cwd=repo).returncode == 0
+    assert (repo / "generated" / "dsv4_k.py").is_file() and not (shared / "generated").exists()
+
+
+def test_a_config_of_another_name_and_a_stray_tool_key(tmp_path):
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "ci.toml").write_text('specs = "specs"\n')
+    assert kv("--config", str(tmp_path / "ci.toml"), "lint", cwd=tmp_path).returncode == 0
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "pyproject.toml").write_text("tool = 3\n")
+    proc = kv("lint", cwd=tmp_path / "sub")
+    assert proc.returncode == 4 and "[tool] must be a table" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_staging_keeps_folder_modes(tmp_path):
+    (tmp_path / "kvlayout.toml").write_text('specs = "specs"\n')
+    (tmp_path / "specs").mkdir()
+    shutil.copy(ROOT / "specs" / "dsv4_k.yaml", tmp_path / "specs")
+    private = tmp_path / "generated" / "private"
+    private.mkdir(parents=True)
+    private.chmod(0o700)
+    (tmp_path / "generated").chmod(0o750)
+    assert kv("generate", cwd=tmp_path).returncode == 0
+    assert private.stat().st_mode & 0o777 == 0o700 and (tmp_path / "generated").stat().st_mode & 0o777 == 0o750
 
 
 # --- the wheel, end to end --------------------------------------------------------------------------
@@ -208,6 +305,17 @@ def test_diff_of_every_shipped_spec_against_a_rewritten_copy_finds_each_byte_mov
 def _tree_digest(path: Path) -> dict:
     return {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _tree_listing(path: Path) -> dict:
+    """(size, mtime) of every file below `path` (a cheaper fingerprint for a large tree)."""
+    out = {}
+    for folder, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in files:
+            st = os.lstat(os.path.join(folder, f))
+            out[os.path.join(folder, f)] = (st.st_size, st.st_mtime_ns)
+    return out
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")
@@ -241,7 +349,8 @@ def test_the_wheel_in_a_fresh_environment_and_repository(tmp_path):
     site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                     cwd=tmp_path, env=bare).stdout.strip())
     (site / "zz_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")   # torch, triton, jinja2, yaml
-    installed = _tree_digest(site / "kvlayout")
+    installed = _tree_digest(site)
+    test_env = _tree_listing(Path(sysconfig.get_paths()["purelib"]))
     checkout = run([GIT, "status", "--porcelain", "--ignored"], cwd=ROOT).stdout if (ROOT / ".git").exists() else None
 
     repo = tmp_path / "repo"
@@ -308,7 +417,8 @@ print("round trip ok", m.__file__)
     for name in ("codegen", "generated", "bench"):
         proc = run([str(python), "-c", f"import {name}"], cwd=tmp_path, env=env)
         assert proc.returncode != 0, f"the wheel installs no top-level {name!r}"
-    assert _tree_digest(site / "kvlayout") == installed, "the installed package is unchanged"
+    assert _tree_digest(site) == installed, "the fresh environment's packages are unchanged"
+    assert _tree_listing(Path(sysconfig.get_paths()["purelib"])) == test_env, "the test environment is unchanged"
     if checkout is not None:
         assert run([GIT, "status", "--porcelain", "--ignored"], cwd=ROOT).stdout == checkout, "the checkout is unchanged"
     print("\n".join(transcript))
