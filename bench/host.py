@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent      # the checkout (or, installed, the kvlayout package)
+HAND_MADE = ("dsv4_k", "mxfp8_kv", "mxfp8_v_seqblocked")   # rows of their own below, with their compat modules
 
 CALLS = 2000
 ROUNDS = 5
@@ -71,8 +71,13 @@ def rows(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device="cuda").to(dtype)
 
 
-def cases(package: str, seeds: Path | None) -> list:
-    """(name, size, ours, seed or None): every generated op at decode size, and the compat ops."""
+def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs") -> list:
+    """(name, size, ours, seed or None): every generated op at decode size, and the compat ops (the
+    seed layouts' rows where the package has their modules)."""
+    names = sorted(p.stem for p in specs.glob("*.yaml"))
+    if not all(n in names and importlib.util.find_spec(f"{package}.{n}") for n in HAND_MADE) or \
+            importlib.util.find_spec(f"{package}.compat.sglang_mxfp8") is None:
+        return layout_cases(package, set(), specs)
     dsv4 = importlib.import_module(f"{package}.dsv4_k")
     kv = importlib.import_module(f"{package}.mxfp8_kv")
     sb = importlib.import_module(f"{package}.mxfp8_v_seqblocked")
@@ -131,7 +136,94 @@ def cases(package: str, seeds: Path | None) -> list:
     out.append(("compat update_mxfp8_v_cache_seqblocked", f"{STORE_TOKENS} tok",
                 lambda: compat_mx.update_mxfp8_v_cache_seqblocked(vv, sb_loc, sbc.v_cache, sbc.v_sf),
                 (lambda: seed_mx.update_mxfp8_v_cache_seqblocked(vv, sb_loc, sbc.v_cache, sbc.v_sf)) if seeds else None))
+    out += layout_cases(package, set(HAND_MADE), specs)
     return out
+
+
+def layout_cases(package: str, done: set, specs: Path) -> list:
+    """The ops of every other layout spec, at the same decode sizes: STORE_TOKENS rows written,
+    DECODE_IDS ids gathered from 1024 pages, DENSE_ROWS dense rows (heads and values where free:
+    8 and 128)."""
+    out = []
+    for path in sorted(specs.glob("*.yaml")):
+        if path.stem in done:
+            continue
+        m = importlib.import_module(f"{package}.{path.stem}")
+        heads, values = m.HEADS or 8, m.VALUES or 128
+        page = max(64, m.PAGE_SIZE_MULTIPLE)
+        cache = m.alloc_cache(1024, page, heads=heads, values=values, device="cuda")
+        planes = [rows(STORE_TOKENS, heads, values) for _ in m.PLANES]
+        loc = torch.randperm(1024 * page, device="cuda")[:STORE_TOKENS]
+        ids = torch.randint(0, 1024 * page, (DECODE_IDS,), device="cuda", dtype=torch.int32)
+        dense = rows(DENSE_ROWS, values)
+        for op in m.OPS:
+            if op == "quantize_store":
+                fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page: m.quantize_store(*planes, loc, cache, page))
+                size = f"{STORE_TOKENS} tok"
+            elif op == "append":
+                fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page: m.append(*planes, loc, cache, page))
+                size = f"{STORE_TOKENS} tok"
+            elif op == "gather_dequant":
+                fn, size = (lambda m=m, cache=cache, ids=ids, page=page: m.gather_dequant(cache, ids, page)), f"{DECODE_IDS} ids"
+            elif op == "quantize":
+                fn, size = (lambda m=m, dense=dense: m.quantize(dense)), f"{DENSE_ROWS}x{values}"
+            elif op == "dequantize":
+                data, scale = m.quantize(dense)
+                fn = (lambda m=m, data=data, scale=scale: m.dequantize(data, scale))
+                size = f"{DENSE_ROWS}x{values}"
+            else:
+                continue
+            out.append((f"{path.stem}.{op}", size, fn, None))
+    return out
+
+
+def breakdown(package: str, specs: Path) -> list:
+    """Where a replayed call's host time goes, per generated op: the call-signature key, the output
+    allocations (torch.empty of the plan's outputs, timed alone), the recorded launches
+    (Plan.run, the launcher included) and the rest (the op's own Python). _signature and Plan.run
+    are timed by wrapping them, which adds its own small cost to the total."""
+    rows_out = []
+    for name, size, fn, _ in cases(package, None, specs):
+        layout, _, op = name.partition(".")
+        if name.startswith("compat "):
+            continue
+        m = importlib.import_module(f"{package}.{layout}")
+        fn()
+        plan = next(iter(m._PLANS[op].values()), None)
+        if plan is None:
+            rows_out.append({"op": name, "size": size, "replayed": False})
+            continue
+        spent = {"signature": 0.0, "launch": 0.0}
+
+        def timed(f, what):
+            def wrapper(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return f(*args, **kwargs)
+                finally:
+                    spent[what] += time.perf_counter() - start
+            return wrapper
+        signature, run = m._signature, m._Plan.run
+        m._signature, m._Plan.run = timed(signature, "signature"), timed(run, "launch")
+        try:
+            for _ in range(WARMUP):
+                fn()
+            torch.cuda.synchronize()
+            spent.update(signature=0.0, launch=0.0)
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                fn()
+            total = (time.perf_counter() - start) / CALLS * 1e6
+            torch.cuda.synchronize()
+        finally:
+            m._signature, m._Plan.run = signature, run
+        outputs = plan.outputs
+        alloc = host_us(lambda: [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in outputs])
+        sig, launch = spent["signature"] / CALLS * 1e6, spent["launch"] / CALLS * 1e6
+        rows_out.append({"op": name, "size": size, "replayed": True, "total_us": total, "signature_us": sig,
+                         "outputs": len(outputs), "alloc_us": alloc, "launches": len(plan.launches), "launch_us": launch,
+                         "rest_us": total - sig - launch - alloc})
+    return rows_out
 
 
 def markdown(before: dict, after: dict) -> str:
@@ -155,11 +247,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="kvlayout bench --host", description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=Path, help="folder of the seed kernel files, to time them side by side")
     p.add_argument("--package", default="generated", help="import the layout modules from this package")
+    p.add_argument("--specs", type=Path, default=ROOT / "specs", help="the layout specs to time (one module each)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--against", metavar="PACKAGE", help="also time each op with this package's modules, alternating "
                    "with ours over ROUNDS rounds (the faster timing of each), side by side")
     p.add_argument("--table", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
                    help="print the Markdown table of two runs' JSON files (no GPU needed)")
+    p.add_argument("--breakdown", action="store_true", help="where each generated op's replayed call spends its "
+                   "host time (signature, allocations, launches, the rest), after the timings")
     args = p.parse_args(argv)
     if args.table:
         print(markdown(*(json.loads(path.read_text()) for path in args.table)))
@@ -171,8 +266,8 @@ def main(argv=None) -> int:
     a, b = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
     add_us = host_us(lambda: torch.add(a, b))
     results = []
-    theirs = {name: fn for name, _, fn, _ in cases(args.against, None)} if args.against else {}
-    for name, size, ours, seed in cases(args.package, args.seeds):
+    theirs = {name: fn for name, _, fn, _ in cases(args.against, None, args.specs)} if args.against else {}
+    for name, size, ours, seed in cases(args.package, args.seeds, args.specs):
         row = {"op": name, "size": size, "host_us": host_us(ours), "seed_host_us": host_us(seed) if seed else None}
         if theirs:
             other = host_us(theirs[name])
@@ -189,10 +284,20 @@ def main(argv=None) -> int:
         seed = f"{r['seed_host_us']:8.1f}" if r["seed_host_us"] is not None else " " * 8
         against = f" {r['against_host_us']:7.1f} {args.against}" if "against_host_us" in r else ""
         print(f"{r['op']:<42} {r['size']:<12} {r['host_us']:7.1f} {seed} {r['host_us'] / add_us:6.2f}{against}")
+    parts = breakdown(args.package, args.specs) if args.breakdown else None
+    if parts:
+        print(f"\n{'replayed call':<42} {'total':>6} {'key':>6} {'alloc':>9} {'launch':>9} {'rest':>6}  (us)")
+        for r in parts:
+            if not r["replayed"]:
+                print(f"{r['op']:<42} (no launch plan: every call takes the checked path)")
+                continue
+            print(f"{r['op']:<42} {r['total_us']:6.1f} {r['signature_us']:6.1f} {r['alloc_us']:6.1f} x{r['outputs']} "
+                  f"{r['launch_us']:6.1f} x{r['launches']} {r['rest_us']:6.1f}")
     if args.json:
-        from bench.run import environment
+        from .run import environment
         args.json.write_text(json.dumps({"environment": environment(), "package": args.package, "against": args.against,
-                                         "torch_add_us": add_us, "results": results}, indent=1))
+                                         "torch_add_us": add_us, "results": results,
+                                         **({"breakdown": parts} if parts else {})}, indent=1))
     return 0
 
 

@@ -1,7 +1,8 @@
 """bench/RESULTS.md from the benchmarks' JSON (no GPU needed): `python -m bench.report`.
 
 Inputs, all in bench/: results-h200.json (`kvlayout bench --json`), host-before-h200.json and
-host-after-h200.json (`kvlayout bench --host --json`), seeds-h200.json (the seeds timed against the
+host-after-h200.json (`kvlayout bench --host --json`), host-breakdown-h200.json (`kvlayout bench --host
+--breakdown --json`), seeds-h200.json (the seeds timed against the
 compat functions). What bounds each target missed is stated in MISSES below, one line each; the
 evidence behind them is in the commit messages that measured it.
 """
@@ -34,9 +35,10 @@ MISSES = [
     "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (55-69%): "
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dense ops "
     "at 2^21 rows reach 93-94%).",
-    "eager host time of the generated ops, 1.4-3.2x a bare torch.add (not <= 2x): per call, Triton's compiled "
-    "launcher alone takes about one torch.add, the plan key's tensor metadata about 6 us, each output the op "
-    "allocates about 4 us (pass out= to gather).",
+    "eager host time of the generated ops, 1.5-3.5x a bare torch.add (not <= 2x): the breakdown above, from "
+    "one run: Triton's compiled launcher alone takes about one torch.add (6.5-8 us per launch), the plan "
+    "key's tensor metadata 2-6 us, each output the op allocates about 4 us (torch.empty; pass out= to "
+    "gather); the ops' own Python is 2-4 us.",
 ]
 
 
@@ -76,6 +78,36 @@ def seeds_table(seeds: dict) -> list:
     return lines
 
 
+def breakdown_table(host: dict) -> list:
+    """Where the generated ops' replayed eager calls spend their host time (`bench --host --breakdown`),
+    one row per op kind: the range over the layouts that have it."""
+    env = host["environment"]
+    add = host["torch_add_us"]
+    lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']} "
+             f"([host-breakdown-h200.json](host-breakdown-h200.json), every layout's ops at the sizes above); bare "
+             f"`torch.add` {add:.1f} us in this run. key: the launch plan's signature of the call's tensors; alloc: "
+             "torch.empty of each output, timed alone; launch: the recorded launches (Triton's launcher); rest: "
+             "the op's own Python (the total less the three).", "",
+             "| op | layouts | total us | / torch.add | key us | outputs | alloc us | launches | launch us | rest us |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    kinds: dict = {}
+    for r in host["breakdown"]:
+        if r["replayed"]:
+            kinds.setdefault(r["op"].split(".")[1], []).append(r)
+
+    def span(rows, key, scale=1.0, digits=1):
+        lo, hi = min(max(r[key], 0.0) for r in rows) / scale, max(r[key] for r in rows) / scale
+        return f"{lo:.{digits}f}" if f"{lo:.{digits}f}" == f"{hi:.{digits}f}" else f"{lo:.{digits}f}-{hi:.{digits}f}"
+    for op, rows in kinds.items():
+        lines.append(f"| {op} | {len(rows)} | {span(rows, 'total_us')} | {span(rows, 'total_us', add, 2)} | "
+                     f"{span(rows, 'signature_us')} | {span(rows, 'outputs', digits=0)} | {span(rows, 'alloc_us')} | "
+                     f"{span(rows, 'launches', digits=0)} | {span(rows, 'launch_us')} | {span(rows, 'rest_us')} |")
+    missing = [r["op"] for r in host["breakdown"] if not r["replayed"]]
+    if missing:
+        lines += ["", f"No launch plan (every call checked): {', '.join(missing)}."]
+    return lines
+
+
 def render() -> str:
     def load(name):
         return json.loads((BENCH / name).read_text())
@@ -96,7 +128,9 @@ def render() -> str:
     out += ["", "## Host time per eager call (`kvlayout bench --host`)", "",
             "Before: the modules before launch plans (7bee6a8); after: with them. Both runs in one device call.", "",
             host_table(load("host-before-h200.json"), load("host-after-h200.json")), "",
-            "## Targets missed, and what bounds them", ""]
+            "### Where a replayed call's host time goes (`kvlayout bench --host --breakdown`)", ""]
+    out += breakdown_table(load("host-breakdown-h200.json"))
+    out += ["", "## Targets missed, and what bounds them", ""]
     out += [f"- {line}" for line in MISSES]
     return "\n".join(out) + "\n"
 
