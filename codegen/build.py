@@ -477,11 +477,15 @@ def _terms(rt, where, kind, extents, ctx, buffer, holds):
             term_extent, suffix = extent // n, f"{coord.upper()}_DIV{n}"
         else:
             term_extent, suffix = extent, coord.upper()
-        if op is not None and coord in ("scale", "dim"):
+        if op is not None and coord == "dim":
             raise SpecError(mark, f"{where}.order[{j}]: {coord!r} cannot be split",
-                            f"keep {coord!r} whole; split slot or head instead")
+                            f"keep {coord!r} whole; split block or head instead")
         if op is not None:
-            _check_divides(extent, n, coord, mark, where, ctx)
+            what = None
+            if coord == "scale":       # a values group's scale count is values / size: say it in values
+                size = ctx["groups"][holds].size
+                what = f"the value count must be a multiple of {size * n} ({coord} is split by {n}, one per {size} values)"
+            _check_divides(extent, n, coord, mark, where, ctx, what)
         terms.append(dict(coord=coord, op=op, n=n, extent=term_extent, suffix=suffix))
     for coord in wanted:
         if coord not in seen:
@@ -496,7 +500,7 @@ def _terms(rt, where, kind, extents, ctx, buffer, holds):
     return terms
 
 
-def _check_divides(extent: Expr, n: int, coord: str, mark, where, ctx):
+def _check_divides(extent: Expr, n: int, coord: str, mark, where, ctx, what: str | None = None):
     if extent.is_const:
         if extent.const_value() % n:
             raise SpecError(mark, f"{where}: {n} does not divide the {coord} extent {extent.const_value()}",
@@ -507,7 +511,7 @@ def _check_divides(extent: Expr, n: int, coord: str, mark, where, ctx):
             raise SpecError(mark, f"{where}: splitting {coord} by {n} needs page.size_multiple_of to be a multiple "
                             f"of {n}", f"set page.size_multiple_of: {n}")
     else:
-        ctx["checks"].append((extent, n, f"the {coord} extent must be a multiple of {n}"))
+        ctx["checks"].append((extent, n, what or f"the {coord} extent must be a multiple of {n}"))
 
 
 def _natural_shape(regions, page_bytes: Expr, align: int, segments):

@@ -68,8 +68,12 @@ def explain(layout: Layout, sizes: dict) -> str:
             r = layout.scales_of(g.name)
             if g.kind == "values":
                 first = ev(r.offset({**coords, "scale": 0}))
-                step = ev(r.term("scale")[0].stride)
-                parts.append(f"{g.name} scales at {r.buffer.name}+{first} (+{step} each, {ev(g.count)})")
+                steps = {t.text: ev(t.stride) for t in r.term("scale")}
+                if len(steps) == 1:
+                    step = f"+{next(iter(steps.values()))} each"
+                else:   # a split scale coordinate: each half's stride
+                    step = ", ".join(f"+{v} per {k}" for k, v in steps.items())
+                parts.append(f"{g.name} scales at {r.buffer.name}+{first} ({step}, {ev(g.count)})")
             else:
                 first = ev(r.offset({**coords, "block": slot // g.size, "dim": 0}))
                 step = ev(r.term("dim")[0].stride)

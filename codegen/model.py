@@ -189,6 +189,17 @@ class Placement:
     def term(self, coord: str) -> tuple:
         return self.region.term(coord)
 
+    def walk_strides(self, coord: str) -> tuple:
+        """(stride constexpr, split N, remainder stride constexpr) of the coordinate a segment walk
+        steps through (scale or dim): (its stride, 1, None) when whole; split as `c // N` and
+        `c % N`, the quotient's stride, N and the remainder's stride."""
+        terms = self.region.term(coord)
+        if len(terms) == 1:
+            return terms[0].const_name, 1, None
+        hi = next(t for t in terms if t.op == "//")
+        lo = next(t for t in terms if t.op == "%")
+        return hi.const_name, hi.n, lo.const_name
+
     def stride_name(self, coord: str) -> str:
         """The constexpr carrying the byte stride of an unsplit coordinate (scale, dim, block)."""
         (term,) = self.region.term(coord)

@@ -7,5 +7,6 @@
   dsv4_k
   dsv4_mxfp4
   mxfp8_kv
+  mxfp8_kv_128x4
   mxfp8_v_seqblocked
 """

@@ -666,6 +666,17 @@ def _convert(x, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO: tl.constexpr):
+    """Byte offset of a row's scale entries `entry` from its first: entry * SC_STRIDE, or, with the
+    scale coordinate split (e.g. CUTLASS's 128x4 tiles of four scales), (entry // SC_SPLIT) *
+    SC_STRIDE + (entry % SC_SPLIT) * SC_LO."""
+    if SC_SPLIT == 1:
+        return entry * SC_STRIDE
+    else:
+        return (entry // SC_SPLIT) * SC_STRIDE + (entry % SC_SPLIT) * SC_LO
+
+
+@triton.jit
 def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
     """The source values at `values` ([rows, tiles, group] indices) of each row as fp32, and each
     group's scale: (values divided by their group's scale, the scales). SCALE_OF(amax bits): the
@@ -685,7 +696,8 @@ def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr
 def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
                              SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                              GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
-                             EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+                             EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
     BYTE_OFFSET."""
@@ -700,14 +712,15 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
-        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+        STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
 @triton.jit
 def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
                                SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                                SCALE_EVICTION: tl.constexpr, GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr,
-                               BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr):
+                               BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """_dequantize_segment for formats of two codes per byte (fp4): the low nibble of a group's byte
     i is its value 2i, the high nibble value 2i + 1."""
     lane = tl.arange(0, GROUP)
@@ -718,7 +731,7 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
         codes = tl.load(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), mask=read[:, :, None], other=0)
-        scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+        scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
         x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
         if CANON_NAN:
@@ -904,20 +917,22 @@ def _nope_load(addr, mask, EVICTION: tl.constexpr):
 
 @triton.jit
 def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr):
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+        SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """nope: values 0.. of each row -> fp4_e2m1 at record byte 0, one ue8m0 scale per 32 (see _quantize_packed_segment)."""
     _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, SC_STRIDE, TILES, CHUNK, SCALE_EVICTION,
                       32, 0, 0, False, _nope_exponent,
-                      _encode_fp4_e2m1, _nope_store)
+                      _encode_fp4_e2m1, _nope_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
 def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, SCALE_EVICTION: tl.constexpr):
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+        SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """nope: fp4_e2m1 at record byte 0 times its scale -> out values 0.. (see _dequantize_packed_segment)."""
     _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, SC_STRIDE, TILES, CHUNK,
                                CANON_NAN, SCALE_EVICTION, 32, 0, 0,
-                               _decode_fp4_e2m1, _nope_load)
+                               _decode_fp4_e2m1, _nope_load, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
@@ -1270,8 +1285,10 @@ class _RefSegment(NamedTuple):
     tiles: int                # scales of one token and head (values groups) or values (slot groups)
     scale_field: int          # the Cache field, within a plane, holding the scales
     scale_row: object         # _ref_<group>_row (None without cache ops)
-    scale_stride: int         # bytes from one of a row's scales to the next
+    scale_stride: int         # bytes from one of a row's scales to the next (split: to the next N)
     dense_column: int         # first byte of the segment's scales in a dense scale row
+    scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
+    scale_lo: int = 0         # then: bytes from one scale to the next within N
 
     @property
     def columns(self) -> slice:
@@ -1372,7 +1389,10 @@ def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
 def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.Tensor:
     """Byte addresses of a segment's scales for each (slot, head) row: (..., seg.tiles)."""
     first = seg.scale_row(G, page, slot, head, block)[..., None]
-    return first + torch.arange(seg.tiles, device=first.device) * seg.scale_stride
+    entry = torch.arange(seg.tiles, device=first.device)
+    if seg.scale_split == 1:
+        return first + entry * seg.scale_stride
+    return first + entry // seg.scale_split * seg.scale_stride + entry % seg.scale_split * seg.scale_lo
 
 
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:

@@ -740,6 +740,17 @@ def _convert(x, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO: tl.constexpr):
+    """Byte offset of a row's scale entries `entry` from its first: entry * SC_STRIDE, or, with the
+    scale coordinate split (e.g. CUTLASS's 128x4 tiles of four scales), (entry // SC_SPLIT) *
+    SC_STRIDE + (entry % SC_SPLIT) * SC_LO."""
+    if SC_SPLIT == 1:
+        return entry * SC_STRIDE
+    else:
+        return (entry // SC_SPLIT) * SC_STRIDE + (entry % SC_SPLIT) * SC_LO
+
+
+@triton.jit
 def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
     """The source values at `values` ([rows, tiles, group] indices) of each row as fp32, and each
     group's scale: (values divided by their group's scale, the scales). SCALE_OF(amax bits): the
@@ -759,7 +770,8 @@ def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr
 def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
-                      EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+                      EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time.
 
@@ -776,7 +788,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
         codes = ENCODE(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
-        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+        STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
 @triton.jit
@@ -784,7 +796,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
-                        DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr):
+                        DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
     a `tokens` group) at a time.
@@ -818,13 +831,13 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
         if GROUP == 1:
             # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
             if WORD == 0:
-                scale = LOAD_SCALE(sc_ptr + sc_row[:, None, None] + index * SC_STRIDE, read[:, :, None], SCALE_EVICTION)
+                scale = LOAD_SCALE(sc_ptr + sc_row[:, None, None] + _scale_offset(index, SC_STRIDE, SC_SPLIT, SC_LO), read[:, :, None], SCALE_EVICTION)
             else:   # the block coordinate has stride 1: drop it to address the value index's word
                 scale = LOAD_SCALE_WORDS(sc_ptr + (sc_row - block)[:, None, None], index, block[:, None, None],
                                          read[:, :, None], WORD, SCALE_EVICTION)
             x = DECODE(codes) * scale
         else:
-            scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+            scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
             x = DECODE(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
@@ -993,21 +1006,23 @@ def _x_load(addr, mask, EVICTION: tl.constexpr):
 
 @triton.jit
 def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr):
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+        SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """x: values 0.. of each row -> fp8_e4m3fn at record byte 0, one ue8m0 scale per 32 (see _quantize_segment)."""
     _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, SC_STRIDE, TILES, CHUNK, SCALE_EVICTION,
                       32, 0, 0, False, _x_exponent,
-                      _encode_fp8_e4m3fn, _x_store)
+                      _encode_fp8_e4m3fn, _x_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
 def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
-        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, SCALE_EVICTION: tl.constexpr):
+        SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr, SCALE_EVICTION: tl.constexpr,
+        SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """x: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (see _dequantize_segment)."""
     _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, 0,
                         SC_STRIDE, TILES, CHUNK, CANON_NAN, SCALE_EVICTION, 0,
                         32, 0, 0, _decode_fp8_e4m3fn, _x_load,
-                        _x_load)
+                        _x_load, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
@@ -1520,8 +1535,10 @@ class _RefSegment(NamedTuple):
     tiles: int                # scales of one token and head (values groups) or values (slot groups)
     scale_field: int          # the Cache field, within a plane, holding the scales
     scale_row: object         # _ref_<group>_row (None without cache ops)
-    scale_stride: int         # bytes from one of a row's scales to the next
+    scale_stride: int         # bytes from one of a row's scales to the next (split: to the next N)
     dense_column: int         # first byte of the segment's scales in a dense scale row
+    scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
+    scale_lo: int = 0         # then: bytes from one scale to the next within N
 
     @property
     def columns(self) -> slice:
@@ -1622,7 +1639,10 @@ def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
 def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.Tensor:
     """Byte addresses of a segment's scales for each (slot, head) row: (..., seg.tiles)."""
     first = seg.scale_row(G, page, slot, head, block)[..., None]
-    return first + torch.arange(seg.tiles, device=first.device) * seg.scale_stride
+    entry = torch.arange(seg.tiles, device=first.device)
+    if seg.scale_split == 1:
+        return first + entry * seg.scale_stride
+    return first + entry // seg.scale_split * seg.scale_stride + entry % seg.scale_split * seg.scale_lo
 
 
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:

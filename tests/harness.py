@@ -17,9 +17,18 @@ def cases(op: str) -> list:
 def dims(m) -> tuple:
     """(heads, values, page_size) to test a layout at: odd where the spec allows it."""
     heads = m.HEADS or 3
-    values = m.VALUES or 96
     page = 7 if m.PAGE_SIZE_MULTIPLE == 1 else 2 * m.PAGE_SIZE_MULTIPLE
+    values = m.VALUES or next(v for v in (96, 128, 256) if _allowed(m, page, heads, v))
     return heads, values, page
+
+
+def _allowed(m, page: int, heads: int, values: int) -> bool:
+    """Whether the layout takes these sizes (its geometry checks, e.g. values a multiple of 128)."""
+    try:
+        m.geometry(page, heads, values)
+    except ValueError:
+        return False
+    return True
 
 
 class KernelStub:

@@ -141,7 +141,7 @@ def test_quantize_store(name, src_dtype):
 def test_quantize(name, src_dtype):
     m = module(name)
     gen = generator(13)
-    values = m.VALUES or 96
+    values = dims(m)[1]
     rows = adversarial_rows(values, gen, torch.float32)
     rows = torch.cat([rows, scaled_normal((77, values), gen, torch.float32)])
     x = rows[: rows.shape[0] // 3 * 3].view(3, -1, values).to(src_dtype).to(DEVICE)
@@ -157,7 +157,7 @@ def test_quantize(name, src_dtype):
 def test_dequantize(name, out_dtype):
     m = module(name)
     gen = generator(14)
-    values = m.VALUES or 96
+    values = dims(m)[1]
     data, scale = m.quantize_ref(torch.zeros(2, 5, values, device=DEVICE))
     data = random_bytes(torch.empty((2, 301) + data.shape[2:], dtype=data.dtype, device=DEVICE), gen)
     scale = random_bytes(torch.empty((2, 301) + scale.shape[2:], dtype=scale.dtype, device=DEVICE), gen)
@@ -377,7 +377,7 @@ def test_one_row_per_program(name, monkeypatch):
         m.quantize_store_ref(*srcs, loc, cache_ref, page)
         assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store, one row per program")
     if "quantize" in m.OPS:
-        x = source_rows(m, 7, 1, m.VALUES or 96, torch.bfloat16, gen)[:, 0]
+        x = source_rows(m, 7, 1, dims(m)[1], torch.bfloat16, gen)[:, 0]
         (data, scale), (data_ref, scale_ref) = m.quantize(x), m.quantize_ref(x)
         assert_same_bytes(data, data_ref, f"{name}.quantize data, one row per program")
         assert_same_bytes(scale, scale_ref, f"{name}.quantize scale, one row per program")
@@ -486,7 +486,7 @@ def test_chained_calls_see_each_other(name, monkeypatch):
     base = (torch.randperm(sequences, generator=gen) + 1) * page
     locs = [(base + i).to(DEVICE) for i in range(steps)]
     rows = [[source_rows(m, sequences, heads, values, torch.bfloat16, gen) for _ in m.PLANES] for _ in range(steps)]
-    dense = [source_rows(m, sequences, 1, m.VALUES or 96, torch.bfloat16, gen)[:, 0] for _ in range(steps)]
+    dense = [source_rows(m, sequences, 1, dims(m)[1], torch.bfloat16, gen)[:, 0] for _ in range(steps)]
     write, write_ref = ((m.quantize_store, m.quantize_store_ref) if "quantize_store" in m.OPS
                         else (m.append, m.append_ref))
     start = fresh_cache(m, num_pages, page, heads, values, gen)

@@ -332,3 +332,47 @@ def test_dsv4_mxfp4_equals_sglangs_codec_except_on_nan_and_inf():
     finite = ~tiles_with(tiles, lambda t: ~t.isfinite())
     assert not differ[finite].any()
     assert differ[~finite].any()                         # the corpus does hold such tiles
+
+
+def flashinfer_128x4(scales: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's SfLayout.layout_128x4 of a (rows, cols) matrix of scale bytes, restated from the
+    CUTLASS block-scaled atom (as torchao's to_blocked builds it): rows padded to 128 and cols to 4,
+    128x4 tiles in row-block-major order, and in a tile the byte of (row r, col c) at
+    (r % 32) * 16 + (r // 32) * 4 + c."""
+    rows, cols = scales.shape
+    padded = torch.zeros(-(-rows // 128) * 128, -(-cols // 4) * 4, dtype=scales.dtype)
+    padded[:rows, :cols] = scales
+    r_blocks, c_blocks = padded.shape[0] // 128, padded.shape[1] // 4
+    tiles = padded.view(r_blocks, 128, c_blocks, 4).permute(0, 2, 1, 3)       # (rb, cb, 128, 4)
+    tiles = tiles.reshape(r_blocks, c_blocks, 4, 32, 4).transpose(2, 3)        # (rb, cb, r % 32, r // 32, c)
+    return tiles.reshape(-1)
+
+
+def test_mxfp8_kv_128x4_scales_are_flashinfers_layout_128x4():
+    """At page size 128, each head's scale bytes of a page are FlashInfer's layout_128x4 of its
+    (slot, scale) matrix; the codes and the scale values are mxfp8_kv's (the same rule, another
+    place). Also checked against torchao's to_blocked where torchao is installed."""
+    m, plain = module("mxfp8_kv_128x4"), module("mxfp8_kv")
+    page, heads, values, pages = 128, 2, 256, 3
+    gen = generator(41)
+    k, v = (scaled_normal((pages * page, heads, values), gen) for _ in range(2))
+    loc = torch.arange(pages * page)
+    cache, ref = m.alloc_cache(pages, page, heads=heads, values=values), plain.alloc_cache(pages, page, heads=heads, values=values)
+    m.quantize_store_ref(k, v, loc, cache, page)
+    plain.quantize_store_ref(k, v, loc, ref, page)
+    assert torch.equal(cache.k_cache.view(torch.uint8), ref.k_cache.view(torch.uint8))
+    # mxfp8_kv's sf: (pages, heads, 32, page / 32, values / 32): slot m at [m % 32, m // 32]
+    plain_sf = ref.k_sf.view(pages, heads, 32, page // 32, values // 32).permute(0, 1, 3, 2, 4)
+    plain_sf = plain_sf.reshape(pages, heads, page, values // 32)                # (page, head, slot, scale)
+    got = cache.k_sf.view(torch.uint8).reshape(pages, heads, -1)
+    for p in range(pages):
+        for h in range(heads):
+            want = flashinfer_128x4(plain_sf[p, h])
+            assert torch.equal(got[p, h], want), (p, h)
+    try:
+        from torchao.prototype.mx_formats.utils import to_blocked
+    except ImportError:
+        return
+    for p in range(pages):
+        for h in range(heads):
+            assert torch.equal(got[p, h], to_blocked(plain_sf[p, h]).view(torch.uint8).reshape(-1))

@@ -74,8 +74,10 @@ class _RefSegment(NamedTuple):
     tiles: int                # scales of one token and head (values groups) or values (slot groups)
     scale_field: int          # the Cache field, within a plane, holding the scales
     scale_row: object         # _ref_<group>_row (None without cache ops)
-    scale_stride: int         # bytes from one of a row's scales to the next
+    scale_stride: int         # bytes from one of a row's scales to the next (split: to the next N)
     dense_column: int         # first byte of the segment's scales in a dense scale row
+    scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
+    scale_lo: int = 0         # then: bytes from one scale to the next within N
 
     @property
     def columns(self) -> slice:
@@ -176,7 +178,10 @@ def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
 def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.Tensor:
     """Byte addresses of a segment's scales for each (slot, head) row: (..., seg.tiles)."""
     first = seg.scale_row(G, page, slot, head, block)[..., None]
-    return first + torch.arange(seg.tiles, device=first.device) * seg.scale_stride
+    entry = torch.arange(seg.tiles, device=first.device)
+    if seg.scale_split == 1:
+        return first + entry * seg.scale_stride
+    return first + entry // seg.scale_split * seg.scale_stride + entry % seg.scale_split * seg.scale_lo
 
 
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:

@@ -9,7 +9,9 @@ constexprs: its first value and record byte, its group size, and the layout's ow
 
 Addresses: a row's record starts at byte `rec_row` of `rec_ptr` (uint8), its scale entries at byte
 `sc_row` of `sc_ptr`, SC_STRIDE bytes apart (the model's stride of the region's `scale` or `dim`
-coordinate); the source or output row at element `x_row` / `out_row`.
+coordinate), or, where the region splits `scale` as `scale // SC_SPLIT` and `scale % SC_SPLIT`,
+SC_STRIDE per quotient and SC_LO per remainder (see _scale_offset); the source or output row at
+element `x_row` / `out_row`.
 """
 from __future__ import annotations
 
@@ -20,6 +22,17 @@ import triton.language as tl
 _convert = _magnitude_bits = _exp2i = _canonical_nan = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
+
+
+@triton.jit
+def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO: tl.constexpr):
+    """Byte offset of a row's scale entries `entry` from its first: entry * SC_STRIDE, or, with the
+    scale coordinate split (e.g. CUTLASS's 128x4 tiles of four scales), (entry // SC_SPLIT) *
+    SC_STRIDE + (entry % SC_SPLIT) * SC_LO."""
+    if SC_SPLIT == 1:
+        return entry * SC_STRIDE
+    else:
+        return (entry // SC_SPLIT) * SC_STRIDE + (entry % SC_SPLIT) * SC_LO
 
 
 @triton.jit
@@ -42,7 +55,8 @@ def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr
 def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
-                      EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+                      EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time.
 
@@ -59,7 +73,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
         codes = ENCODE(q)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
-        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+        STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
 @triton.jit
@@ -67,7 +81,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
-                        DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr):
+                        DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
     a `tokens` group) at a time.
@@ -101,13 +116,13 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
         if GROUP == 1:
             # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
             if WORD == 0:
-                scale = LOAD_SCALE(sc_ptr + sc_row[:, None, None] + index * SC_STRIDE, read[:, :, None], SCALE_EVICTION)
+                scale = LOAD_SCALE(sc_ptr + sc_row[:, None, None] + _scale_offset(index, SC_STRIDE, SC_SPLIT, SC_LO), read[:, :, None], SCALE_EVICTION)
             else:   # the block coordinate has stride 1: drop it to address the value index's word
                 scale = LOAD_SCALE_WORDS(sc_ptr + (sc_row - block)[:, None, None], index, block[:, None, None],
                                          read[:, :, None], WORD, SCALE_EVICTION)
             x = DECODE(codes) * scale
         else:
-            scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+            scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
             x = DECODE(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
@@ -119,7 +134,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
 def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
                              SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                              GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
-                             EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr):
+                             EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
     BYTE_OFFSET."""
@@ -134,14 +150,15 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
-        STORE_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, scale, ok, SCALE_EVICTION)
+        STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
 @triton.jit
 def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok,
                                SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                                SCALE_EVICTION: tl.constexpr, GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr,
-                               BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr):
+                               BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr,
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """_dequantize_segment for formats of two codes per byte (fp4): the low nibble of a group's byte
     i is its value 2i, the high nibble value 2i + 1."""
     lane = tl.arange(0, GROUP)
@@ -152,7 +169,7 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
         codes = tl.load(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), mask=read[:, :, None], other=0)
-        scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + tile[None, :] * SC_STRIDE, read, SCALE_EVICTION)
+        scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
         x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
         if CANON_NAN:
