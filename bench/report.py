@@ -125,10 +125,11 @@ def render() -> str:
            "CUDA graph, and where there is one the GB/s and % of copy come from it (decode-size eager times are the "
            "host's; see the host table); pdl us: the graph time with every call a programmatic dependent launch of "
            "the one before (the op's `dependent_launch` knob on).", ""]
+    later = [f"{layout}'s rows come from a later run ({run['environment']['date']}, device copy {run['copy_gbps']:.0f} "
+             "GB/s, its % of copy against that)" for layout, run in bench.get("later_runs", {}).items()]
+    if later:                                  # rows of a spec timed after the main run, merged in
+        out[-2] += " " + "; ".join(later) + "."
     out += results_table(bench)
-    for layout, run in bench.get("later_runs", {}).items():     # rows of a spec timed after the main run
-        out += ["", f"{layout}'s rows: a later run the same day ({run['environment']['date']}, device copy "
-                    f"{run['copy_gbps']:.0f} GB/s), merged into results-h200.json."]
     out += ["", "## Against the seeds", "", seeds["about"], ""]
     out += seeds_table(seeds)
     out += ["", "## Host time per eager call (`kvlayout bench --host`)", "",
