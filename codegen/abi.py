@@ -136,11 +136,12 @@ def compare_layout(old, new) -> list:
                                           f"{new.page_size_multiple} (some pages the old layout took are refused)"))
     elif new.page_size_multiple != old.page_size_multiple:
         changes.append(Change(spec, False, f"page sizes: a multiple of {old.page_size_multiple} -> of {new.page_size_multiple}"))
-    for sizes in _sizes(new):
-        try:
-            a, b = facts(old, sizes), facts(new, sizes)
-        except ValueError:               # sizes one of the two layouts refuses (its page-size change is above)
-            continue
+    compared = 0
+    for sizes in _sizes(old) + _sizes(new):
+        if not (explain.accepts(old, sizes) and explain.accepts(new, sizes)):
+            continue                     # sizes one of the two refuses (a page-size change is reported above)
+        compared += 1
+        a, b = facts(old, sizes), facts(new, sizes)
         for key in sorted(set(a) | set(b), key=lambda k: (k not in a, k not in b, k)):
             if a.get(key) == b.get(key) or key in seen:
                 continue
@@ -154,6 +155,9 @@ def compare_layout(old, new) -> list:
                 what = f"{key}: {a[key]} -> {b[key]}"
             changes.append(Change(spec, not encode_only, f"{what} (at {_at(sizes)})" if not encode_only else
                                   f"{what} (new writes differ; caches written before read the same)"))
+    if not compared:
+        changes.append(Change(spec, True, "no sizes that both layouts accept (e.g. the value counts they allow "
+                                          "differ): no cache of one is a cache of the other"))
     return changes
 
 

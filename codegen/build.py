@@ -479,7 +479,7 @@ def _terms(rt, where, kind, extents, ctx, buffer, holds):
             term_extent, suffix = extent, coord.upper()
         if op is not None and coord == "dim":
             raise SpecError(mark, f"{where}.order[{j}]: {coord!r} cannot be split",
-                            f"keep {coord!r} whole; split block or head instead")
+                            f"keep {coord!r} whole")
         if op is not None:
             what = None
             if coord == "scale":       # a values group's scale count is values / size: say it in values

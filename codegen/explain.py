@@ -6,12 +6,23 @@ from .model import HEADS, PAGE_SIZE, VALUES, Layout
 SAMPLE_SLOTS = 4
 
 
+def accepts(layout: Layout, sizes: dict) -> bool:
+    """Whether the layout's call-time checks (e.g. values a multiple of 128) pass at these sizes."""
+    return all(expr.evaluate(sizes) % multiple == 0 for expr, multiple, _ in layout.runtime_checks)
+
+
 def default_sizes(layout: Layout) -> dict:
+    """Sizes to show a layout at: a page of at least 64 slots, 8 heads and 128 values where they are
+    free (or the first of 256, 512, ... values the layout's checks accept)."""
     page = max(layout.page_size_multiple, 64)
     page = -(-page // layout.page_size_multiple) * layout.page_size_multiple
-    return {PAGE_SIZE: page,
-            HEADS: layout.heads.const_value() if layout.heads.is_const else 8,
-            VALUES: layout.values.const_value() if layout.values.is_const else 128}
+    sizes = {PAGE_SIZE: page,
+             HEADS: layout.heads.const_value() if layout.heads.is_const else 8,
+             VALUES: layout.values.const_value() if layout.values.is_const else 128}
+    if not layout.values.is_const:
+        sizes[VALUES] = next((v for v in (128, 256, 512, 1024, 2048, 4096, 8192)
+                              if accepts(layout, {**sizes, VALUES: v})), 128)
+    return sizes
 
 
 def explain(layout: Layout, sizes: dict) -> str:

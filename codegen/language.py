@@ -81,7 +81,7 @@ REGION = Obj(title="a page region", fields={
                           min_items=1, unique=True),
                    "the region's byte order inside one page, outermost first: records use slot and head; {values} scales "
                    "use slot, head, scale; {tokens} scales use block, head, dim. 'slot % N' and 'slot // N' split a "
-                   "coordinate (both must appear); slot, head, block and scale split, dim does not "
+                   "coordinate (both must appear); slot, head and scale split, block and dim do not "
                    "(e.g. FlashInfer's 128x4 tiles: [head, scale // 4, slot % 32, slot // 32, scale % 4])"),
 })
 

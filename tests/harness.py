@@ -18,7 +18,11 @@ def dims(m) -> tuple:
     """(heads, values, page_size) to test a layout at: odd where the spec allows it."""
     heads = m.HEADS or 3
     page = 7 if m.PAGE_SIZE_MULTIPLE == 1 else 2 * m.PAGE_SIZE_MULTIPLE
-    values = m.VALUES or next(v for v in (96, 128, 256) if _allowed(m, page, heads, v))
+    # (96 where it may: odd; else the first value count the layout takes, 256 before 128 so a split
+    # of the scales by 4 has a quotient above 0)
+    values = m.VALUES or next((v for v in (96, 256, 128, 384, 512, 1024, 2048) if _allowed(m, page, heads, v)), None)
+    if values is None:
+        raise ValueError(f"{m.__name__}: no test value count in 96..2048 passes its geometry checks")
     return heads, values, page
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.corpus import adversarial_rows, generator, scaled_normal
+from tests.conftest import DEVICE
 from tests.layouts import module
 
 F32_FLOOR_1E4 = torch.tensor(1e-4, dtype=torch.float32)     # a C literal 1e-4 passed to fmaxf
@@ -353,26 +354,38 @@ def test_mxfp8_kv_128x4_scales_are_flashinfers_layout_128x4():
     (slot, scale) matrix; the codes and the scale values are mxfp8_kv's (the same rule, another
     place). Also checked against torchao's to_blocked where torchao is installed."""
     m, plain = module("mxfp8_kv_128x4"), module("mxfp8_kv")
-    page, heads, values, pages = 128, 2, 256, 3
+    page, heads, values, pages = 128, 2, 256, 3                  # 8 scales a token: two tiles per head
     gen = generator(41)
-    k, v = (scaled_normal((pages * page, heads, values), gen) for _ in range(2))
-    loc = torch.arange(pages * page)
-    cache, ref = m.alloc_cache(pages, page, heads=heads, values=values), plain.alloc_cache(pages, page, heads=heads, values=values)
-    m.quantize_store_ref(k, v, loc, cache, page)
+    k, v = (scaled_normal((pages * page, heads, values), gen).to(DEVICE) for _ in range(2))
+    loc = torch.arange(pages * page, device=DEVICE)                  # (slot 0, the sink, is skipped)
+    caches = [m.alloc_cache(pages, page, heads=heads, values=values, device=DEVICE) for _ in range(2)]
+    for c in caches:
+        for t in c:
+            t.view(torch.uint8).fill_(0xA5)                          # poisoned: the sink's bytes stay so
+    ref = plain.alloc_cache(pages, page, heads=heads, values=values, device=DEVICE)
+    m.quantize_store(k, v, loc, caches[0], page)                     # the kernel
+    m.quantize_store_ref(k, v, loc, caches[1], page)
     plain.quantize_store_ref(k, v, loc, ref, page)
-    assert torch.equal(cache.k_cache.view(torch.uint8), ref.k_cache.view(torch.uint8))
-    # mxfp8_kv's sf: (pages, heads, 32, page / 32, values / 32): slot m at [m % 32, m // 32]
-    plain_sf = ref.k_sf.view(pages, heads, 32, page // 32, values // 32).permute(0, 1, 3, 2, 4)
-    plain_sf = plain_sf.reshape(pages, heads, page, values // 32)                # (page, head, slot, scale)
-    got = cache.k_sf.view(torch.uint8).reshape(pages, heads, -1)
-    for p in range(pages):
-        for h in range(heads):
-            want = flashinfer_128x4(plain_sf[p, h])
-            assert torch.equal(got[p, h], want), (p, h)
-    try:
-        from torchao.prototype.mx_formats.utils import to_blocked
-    except ImportError:
-        return
-    for p in range(pages):
-        for h in range(heads):
-            assert torch.equal(got[p, h], to_blocked(plain_sf[p, h]).view(torch.uint8).reshape(-1))
+    ours, theirs = caches[0], caches[1]
+    for plane in ("k", "v"):
+        codes, sf = getattr(ours, f"{plane}_cache"), getattr(ours, f"{plane}_sf")
+        assert torch.equal(sf.view(torch.uint8), getattr(theirs, f"{plane}_sf").view(torch.uint8)), plane
+        slots = codes.view(torch.uint8).reshape(pages * page, -1)
+        assert torch.equal(slots[1:], getattr(ref, f"{plane}_cache").view(torch.uint8).reshape(pages * page, -1)[1:])
+        assert (slots[0] == 0xA5).all(), "the sink slot is never written"
+        # mxfp8_kv's sf: (pages, heads, 32, page / 32, values / 32): slot m at [m % 32, m // 32]
+        plain_sf = getattr(ref, f"{plane}_sf").view(pages, heads, 32, page // 32, values // 32).permute(0, 1, 3, 2, 4)
+        plain_sf = plain_sf.reshape(pages, heads, page, values // 32).cpu().clone()   # (page, head, slot, scale)
+        plain_sf[0, :, 0] = 0xA5                                     # the sink slot: never written
+        got = sf.view(torch.uint8).reshape(pages, heads, -1).cpu()
+        for p in range(pages):
+            for h in range(heads):
+                assert torch.equal(got[p, h], flashinfer_128x4(plain_sf[p, h])), (plane, p, h)
+                if to_blocked is not None:
+                    assert torch.equal(got[p, h], to_blocked(plain_sf[p, h]).view(torch.uint8).reshape(-1))
+
+
+try:                     # torchao's MX helpers, where installed: the 128x4 swizzle as a package defines it
+    from torchao.prototype.mx_formats.utils import to_blocked
+except ImportError:
+    to_blocked = None

@@ -184,6 +184,13 @@ def test_diff_classifies_breaking_and_compatible_changes(tmp_path):
     assert {"spec": "specs/dsv4_k.yaml", "breaking": True,
             "change": "buffer cache: page bytes: 37440 -> 38016 (at page_size=64, heads=1, values=512)"} in changes
     spec.write_text(good)
+    tiles = root / "specs" / "mxfp8_kv_128x4.yaml"            # 128x8 tiles: values must be a multiple of 256
+    tiles_good = tiles.read_text()
+    tiles.write_text(tiles_good.replace("scale // 4", "scale // 8").replace("scale % 4", "scale % 8"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and "specs/mxfp8_kv_128x4.yaml: breaking: buffer sf" in proc.stdout, proc.stdout
+    assert kv("generate", cwd=root).returncode == 0, "its picture is drawn at sizes it accepts"
+    tiles.write_text(tiles_good)
     (root / "specs" / "mxfp8_kv.yaml").unlink()
     (root / "specs" / "compat" / "sglang_mxfp8.yaml").unlink()
     proc = kv("diff", "--against", "HEAD", cwd=root)
