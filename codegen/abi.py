@@ -203,6 +203,15 @@ def compare_compat(old, new) -> list:
                                   f"{b.returns or 'the op result'}"))
         if (a.layout, a.op) != (b.layout, b.op):
             changes.append(Change(spec, True, f"function {name}: calls {a.layout}.{a.op} -> {b.layout}.{b.op}"))
+        was_req, now_req = dict(a.require), dict(b.require)
+        for p in sorted(set(was_req) | set(now_req)):
+            before_ok, after_ok = was_req.get(p), now_req.get(p)
+            if after_ok is not None and (before_ok is None or set(before_ok) - set(after_ok)):
+                changes.append(Change(spec, True, f"function {name}: {p} now takes only {list(after_ok)} "
+                                      f"(was {list(before_ok) if before_ok is not None else 'any value'})"))
+            elif before_ok != after_ok:
+                changes.append(Change(spec, False, f"function {name}: {p} takes "
+                                      f"{list(after_ok) if after_ok is not None else 'any value'} (was {list(before_ok)})"))
         if a.args != b.args:
             changes.append(Change(spec, True, f"function {name}: the op's arguments {dict(a.args)} -> {dict(b.args)}"))
     return changes

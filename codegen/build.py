@@ -645,8 +645,14 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         if f["returns"] is not None and f["returns"] not in dict(types):
             raise SpecError(f.value_mark("returns"), f"{where}.returns: unknown type {f['returns']!r}",
                             "declare it under 'types:'")
+        require = f["require"]
+        for p in require:
+            if p not in param_names:
+                raise SpecError(require.key_mark(p), f"{where}.require: {p!r} is not a parameter of this function",
+                                f"parameters: {', '.join(param_names)}")
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
-                                        op=op, args=tuple(rendered), returns=f["returns"]))
+                                        op=op, args=tuple(rendered), returns=f["returns"],
+                                        require=tuple((p, tuple(v)) for p, v in require.items())))
         if layout_name not in used_layouts:
             used_layouts.append(layout_name)
     return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,

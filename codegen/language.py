@@ -164,6 +164,11 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
                   "buffer field to parameter"),
     "returns": Field(OneOf((Str(pattern=r"[A-Z][A-Za-z0-9]*", what="a type name"), Null())),
                      "wrap the result in this named tuple type (declared under 'types')", None),
+    "require": Field(MapOf(ListOf(OneOf((Int(), Str(pattern=r"[A-Za-z0-9_.+-]*", what="a plain string (letters, digits, "
+                                                                      "_ . + -)"), Null())), min_items=1),
+                           key_pattern=r"[a-z_][a-z0-9_]*"),
+                     "the values a parameter may take (e.g. the seed's format strings this layout implements): any "
+                     "other raises ValueError naming the parameter before anything runs", {}),
 })
 
 COMPAT = Obj(title="a compat spec", fields={

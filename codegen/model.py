@@ -496,6 +496,7 @@ class CompatFunction:
     op: str                       # e.g. gather_dequant or gather_dequant_ref
     args: tuple                   # (op parameter, python source)
     returns: str | None
+    require: tuple = ()           # (parameter, allowed values): anything else raises ValueError
 
 
 @dataclass(frozen=True)

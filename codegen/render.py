@@ -57,6 +57,7 @@ def _env() -> jinja2.Environment:
     # spec text (summaries, docs) inside a generated docstring: a backslash or \"\"\" must not end or escape it
     env.filters["docstring"] = lambda text: str(text).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     env.filters["pytuple"] = lambda xs: "(" + ", ".join(repr(x) for x in xs) + ("," if len(xs) == 1 else "") + ")"
+    env.filters["pyrepr"] = repr
     env.filters["suffix"] = lambda xs, suffix: [f"{x}{suffix}" for x in xs]
     env.filters["wrap_params"] = wrap_params
     env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"

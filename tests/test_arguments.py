@@ -259,3 +259,27 @@ def test_views_of_tensors_sharing_a_first_byte_get_no_plan():
     scale = data.view(torch.uint8)[:4]                          # another tensor starting at data's first byte
     assert m._match(data.view(torch.uint8), (data, scale), set()) is None
     assert m._match(data, (data, scale), set()) == 0
+
+
+def test_vllm_indexer_compat_writes_the_layouts_bytes_and_refuses_other_formats():
+    """vLLM's indexer_k_quant_and_cache on its own cache shape (num_blocks, block_size, 132) writes
+    ds32_indexer's bytes; a quant_block_size or scale_fmt the layout does not implement raises
+    ValueError naming it before anything is written."""
+    compat = pytest.importorskip("generated.compat.vllm_ds32")
+    from generated import ds32_indexer as m
+    gen = torch.Generator().manual_seed(5)
+    blocks, block_size = 6, 64
+    k = (torch.randn(90, 128, generator=gen) * 3).to(torch.bfloat16).to(DEVICE)
+    slots = torch.randperm(blocks * block_size, generator=gen)[:90]
+    slots[::7] = -1                                                    # padding tokens: skipped
+    slots = slots.to(DEVICE)
+    kv_cache = torch.full((blocks, block_size, 132), 0xA5, dtype=torch.uint8, device=DEVICE)
+    want = m.Cache(k_cache=kv_cache.clone().view(blocks, -1))
+    compat.indexer_k_quant_and_cache(k, kv_cache, slots, 128, "")
+    m.quantize_store_ref(k, slots, want, block_size)
+    assert torch.equal(kv_cache.view(blocks, -1), want.k_cache)
+    before = kv_cache.clone()
+    for args, name in (((64, ""), "quant_block_size"), ((128, "ue8m0"), "scale_fmt")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            compat.indexer_k_quant_and_cache(k, kv_cache, slots, *args)
+    assert torch.equal(kv_cache, before)

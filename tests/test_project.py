@@ -252,6 +252,14 @@ def test_diff_of_compat_calls(tmp_path):
         proc = kv("diff", "--against", "HEAD", cwd=root)
         assert proc.returncode == int(breaking) and words in proc.stdout, (old, proc.stdout, proc.stderr)
     spec.write_text(good)
+    vllm = root / "specs" / "compat" / "vllm_ds32.yaml"
+    good = vllm.read_text()
+    for old, new, breaking in (('scale_fmt: ["", null]', 'scale_fmt: [""]', True),
+                               ('scale_fmt: ["", null]', 'scale_fmt: ["", null, fp32]', False)):
+        vllm.write_text(edit(good, old, new))
+        proc = kv("diff", "--against", "HEAD", cwd=root)
+        assert proc.returncode == int(breaking) and "function indexer_k_quant_and_cache: scale_fmt" in proc.stdout, proc.stdout
+    vllm.write_text(good)
 
 
 def test_spec_folders_must_exist_not_overlap_and_names_stay_unique(tmp_path):

@@ -211,6 +211,9 @@ COMPAT_BAD = [
      ["functions[2].name", "'dsv4_k'"]),
     ("duplicate function", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: dequantize_k_cache_paged"),
      ["functions[2].name", "second function named 'dequantize_k_cache_paged'", "functions[0]"]),
+    ("require names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                        "    params: [k, loc, quant_k_cache, page_size]\n    require: {pagesize: [64]}\n"),
+     ["functions[2].require", "'pagesize' is not a parameter"]),
 ]
 
 

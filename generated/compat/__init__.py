@@ -3,4 +3,5 @@
 
   sglang_dsv4
   sglang_mxfp8
+  vllm_ds32
 """
