@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import abi, config, pipeline
+from codegen import config, pipeline
 from tests.harness import ROOT
 from tests.test_cli import edit
 
