@@ -203,9 +203,10 @@ def _scale_groups(tree) -> dict:
             if g["exponent_range"] is not None:
                 raise SpecError(g.value_mark("exponent_range"), f"scales.{name}.exponent_range: 'exact' scales have no "
                                 "exponent to clamp", "remove exponent_range")
-        if "ue8m0_zero" in g.key_marks and g["format"] != "ue8m0":
-            raise SpecError(g.key_mark("ue8m0_zero"), f"scales.{name}.ue8m0_zero: only ue8m0 scales have a byte 0x00",
-                            "remove ue8m0_zero")
+        for key, byte in (("ue8m0_zero", "0x00"), ("ue8m0_ff", "0xFF")):
+            if key in g.key_marks and g["format"] != "ue8m0":
+                raise SpecError(g.key_mark(key), f"scales.{name}.{key}: only ue8m0 scales have a byte {byte}",
+                                f"remove {key}")
         if g["exponent_range"] is not None:
             lo_s, hi_s = g["exponent_range"]
             if lo_s >= hi_s:
@@ -220,7 +221,7 @@ def _scale_groups(tree) -> dict:
         (kind, size), = g["group"].items()
         out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], terms=None, amax_floor=floor,
                          amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
-                         exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], kind=kind, size=size, segment=None)
+                         exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], ff_byte=g["ue8m0_ff"], kind=kind, size=size, segment=None)
     return out
 
 

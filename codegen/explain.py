@@ -106,7 +106,7 @@ def _ev(layout: Layout, sizes: dict):
 
 def _group(g) -> dict:
     return {"name": g.name, "format": g.format.name, "rule": g.rule, "amax_floor": g.amax_floor,
-            "exponents": [g.exponent_lo, g.exponent_hi], "zero_byte": g.zero_byte,
+            "exponents": [g.exponent_lo, g.exponent_hi], "zero_byte": g.zero_byte, "ff_byte": g.ff_byte,
             "group": {g.kind: g.size}, "segment": g.segment, "element": g.element.name}
 
 

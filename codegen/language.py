@@ -67,8 +67,12 @@ SCALE_GROUP = Obj(title="a scale group", fields={
     )), "what one scale covers"),
     "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
                         "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
-                        "exp2 of -127 gives (DSv4 seed). Byte 0xFF decodes to +inf either way, as in both seeds",
+                        "exp2 of -127 gives (DSv4 seed)",
                         "pow2"),
+    "ue8m0_ff": Field(Str(enum=("inf", "nan")),
+                      "what scale byte 0xFF decodes to: 'inf' = +inf, as both seeds do (2^(255 - 127) overflows); "
+                      "'nan' = NaN, as OCP MX v1.0 and torch's float8_e8m0fnu define it. Writers never store 0xFF",
+                      "inf"),
     "pad_to": Field(OneOf((Int(minimum=1, maximum=MAX_VALUES), Null())),
                     "for {values: N} groups: scale entries stored per token and head, padding included (DSv4: 7 -> 8); "
                     "pad entries are never written", None),

@@ -28,6 +28,7 @@ class ScaleGroup:
     exponent_lo: int              # clamp applied to the rule's exponent (spec range within storage range)
     exponent_hi: int
     zero_byte: str                # "pow2" or "zero": what scale byte 0x00 decodes to
+    ff_byte: str                  # "inf" or "nan": what scale byte 0xFF decodes to
     kind: str                     # "values": along a token's values; "tokens": along slots, per value index
     size: int                     # values (or slots) that share one scale
     count: Expr                   # scales of one token and head ("values" groups)
@@ -73,7 +74,9 @@ class ScaleGroup:
     @property
     def load_flags(self) -> str:
         """Extra constexpr arguments of this group's scale loads: ue8m0's reading of byte 0x00."""
-        return f", {self.zero_byte == 'pow2'}" if self.format.name == "ue8m0" else ""
+        if self.format.name != "ue8m0":
+            return ""
+        return f", {self.zero_byte == 'pow2'}" + (", FF_IS_NAN=True" if self.ff_byte == "nan" else "")
 
     @property
     def word_reads(self) -> bool:

@@ -1359,6 +1359,7 @@ class _RefGroup(NamedTuple):
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
     tile: int                 # values of one token that share a scale (1 for groups along slots)
+    ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
 
 
 class _RefSegment(NamedTuple):
@@ -1428,6 +1429,8 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
         bits = flat[addr].to(torch.int32) << 23
         if g.zero_is_pow2:
             bits = torch.where(bits == 0, 1 << 22, bits)        # 2^-127, a subnormal
+        if g.ff_is_nan:
+            bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
         return bits.view(torch.float32)
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 

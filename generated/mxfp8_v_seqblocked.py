@@ -889,20 +889,23 @@ def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.const
 
 
 @triton.jit
-def _ue8m0_from_bytes(byte, mask, ZERO_IS_POW2: tl.constexpr):
-    """ue8m0 bytes (as int32) -> fp32 scales 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127 when
-    ZERO_IS_POW2, else 0.0."""
+def _ue8m0_from_bytes(byte, mask, ZERO_IS_POW2: tl.constexpr, FF_IS_NAN: tl.constexpr = False):
+    """ue8m0 bytes (as int32) -> fp32 scales 2**(byte - 127); 0xFF -> +inf, or the canonical NaN
+    when FF_IS_NAN (OCP MX); 0x00 -> 2**-127 when ZERO_IS_POW2, else 0.0."""
     bits = byte << _F32_MANTISSA_BITS
     if ZERO_IS_POW2:
         bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
+    if FF_IS_NAN:
+        bits = tl.where(byte == 0xFF, _F32_CANONICAL_NAN_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr):
+def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr, FF_IS_NAN: tl.constexpr = False):
     """Read ue8m0 scales at byte addresses `addr` as fp32 (see _ue8m0_from_bytes); masked-off lanes
     read byte 0."""
-    return _ue8m0_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask, ZERO_IS_POW2)
+    return _ue8m0_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask, ZERO_IS_POW2,
+                             FF_IS_NAN)
 
 
 @triton.jit
@@ -921,9 +924,10 @@ def _ue8m0_word_bytes(word_row, dim, block, mask, WORD: tl.constexpr, EVICTION: 
 
 @triton.jit
 def _load_ue8m0_words(word_row, dim, block, mask, WORD: tl.constexpr, EVICTION: tl.constexpr,
-                      ZERO_IS_POW2: tl.constexpr):
+                      ZERO_IS_POW2: tl.constexpr, FF_IS_NAN: tl.constexpr = False):
     """ue8m0 scales read as words (see _ue8m0_word_bytes) as fp32."""
-    return _ue8m0_from_bytes(_ue8m0_word_bytes(word_row, dim, block, mask, WORD, EVICTION), mask, ZERO_IS_POW2)
+    return _ue8m0_from_bytes(_ue8m0_word_bytes(word_row, dim, block, mask, WORD, EVICTION), mask, ZERO_IS_POW2,
+                             FF_IS_NAN)
 
 
 @triton.jit
@@ -2041,6 +2045,7 @@ class _RefGroup(NamedTuple):
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
     tile: int                 # values of one token that share a scale (1 for groups along slots)
+    ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
 
 
 class _RefSegment(NamedTuple):
@@ -2093,6 +2098,8 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
         bits = flat[addr].to(torch.int32) << 23
         if g.zero_is_pow2:
             bits = torch.where(bits == 0, 1 << 22, bits)        # 2^-127, a subnormal
+        if g.ff_is_nan:
+            bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
         return bits.view(torch.float32)
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 

@@ -307,7 +307,7 @@ class Spec:
             return float(np.frombuffer(stored, dtype=np.float32)[0])
         b = stored[0]
         if b == 0xFF:
-            return math.inf
+            return math.nan if self.scales[name].get("ue8m0_ff", "inf") == "nan" else math.inf
         if b == 0:
             return 2.0 ** -127 if self.scales[name].get("ue8m0_zero", "pow2") == "pow2" else 0.0
         return 2.0 ** (b - 127)

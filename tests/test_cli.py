@@ -58,6 +58,8 @@ BAD_SPECS = [
     ("YAML syntax", edit(GOOD, "heads: 1", "heads: [1"), "10:5", ["YAML syntax error"]),
     ("exact needs fp32", edit(GOOD, "rule: rceil ", "rule: exact "), "21:11", ["need format: fp32"]),
     ("ue8m0 option on fp32", edit(GOOD, "format: ue8m0", "format: fp32"), "24:5", ["only ue8m0 scales have a byte"]),
+    ("ue8m0_ff on fp32", edit(edit(GOOD, "format: ue8m0", "format: fp32"), "ue8m0_zero: zero ", "ue8m0_ff: nan    "),
+     "24:5", ["ue8m0_ff: only ue8m0 scales have a byte 0xFF"]),
     ("tokens group is not padded", edit(edit(GOOD, "group: {values: 64}", "group: {tokens: 64}"), "size_multiple_of: 1",
                                         "size_multiple_of: 64"), "25:13", ["only {values: N} groups are padded"]),
     ("tokens group not a power of two", edit(edit(edit(GOOD, "group: {values: 64}", "group: {tokens: 24}"), "size_multiple_of: 1",

@@ -297,3 +297,28 @@ def test_e2m1_decoder_is_exact_on_every_code():
     got = apply(module("dsv4_mxfp4")._decode_fp4_e2m1, codes, torch.float32)
     want = torch.tensor([oracle.code_value("fp4_e2m1", c) for c in range(16)], dtype=torch.float32)
     assert torch.equal(bits(got), bits(want))           # -0.0 (code 8) included
+
+
+# (layout, [(first value, end, reading of scale byte 0xFF)]): its quantized segments and a raw tail
+FF_READINGS = [("dsv4_k", [(0, 448, "inf")], 448),                       # ue8m0_ff: inf (the seeds)
+               ("zoo_two_rules", [(0, 128, "inf"), (128, 192, "nan")], 192)]   # group b: ue8m0_ff: nan
+
+
+@pytest.mark.parametrize("name, groups, raw", FF_READINGS, ids=[c[0] for c in FF_READINGS])
+def test_ue8m0_byte_ff_reads_as_the_spec_says(name, groups, raw):
+    """Scale byte 0xFF reads as +inf where the spec keeps the seeds' reading, as NaN with ue8m0_ff:
+    nan (OCP MX, torch's float8_e8m0fnu); bytes in the normal range read as 2^(b - 127) (torch's
+    float8_e8m0fnu). Kernel and reference, every scale byte in turn (row r holds byte r)."""
+    m = module(name)
+    data, scale = m.quantize_ref(torch.ones(256, m.VALUES, device=DEVICE))
+    scale = scale.clone()
+    scale.view(torch.uint8)[:] = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(DEVICE)[:, None]
+    e8m0 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e8m0fnu).float()
+    for got in (m.dequantize(data, scale, torch.float32), m.dequantize_ref(data, scale, torch.float32)):
+        got = got.cpu()
+        for lo, hi, reading in groups:
+            ff = got[255, lo:hi]
+            assert (ff.isnan() if reading == "nan" else ff == float("inf")).all(), (name, lo, reading)
+            normal = slice(16, 200)                      # products stay normal fp32 numbers
+            assert torch.equal(got[normal, lo], got[128, lo] * e8m0[normal] / e8m0[128]), (name, lo)
+        assert torch.equal(got[255, raw:], got[128, raw:]), "raw values take no scale"

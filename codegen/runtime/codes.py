@@ -110,20 +110,23 @@ def _store_fp32_pow2(addr, exponent, mask, EVICTION: tl.constexpr):
 
 
 @triton.jit
-def _ue8m0_from_bytes(byte, mask, ZERO_IS_POW2: tl.constexpr):
-    """ue8m0 bytes (as int32) -> fp32 scales 2**(byte - 127); 0xFF -> +inf; 0x00 -> 2**-127 when
-    ZERO_IS_POW2, else 0.0."""
+def _ue8m0_from_bytes(byte, mask, ZERO_IS_POW2: tl.constexpr, FF_IS_NAN: tl.constexpr = False):
+    """ue8m0 bytes (as int32) -> fp32 scales 2**(byte - 127); 0xFF -> +inf, or the canonical NaN
+    when FF_IS_NAN (OCP MX); 0x00 -> 2**-127 when ZERO_IS_POW2, else 0.0."""
     bits = byte << _F32_MANTISSA_BITS
     if ZERO_IS_POW2:
         bits = tl.where(mask & (bits == 0), _F32_2POW_MINUS_127_BITS, bits)
+    if FF_IS_NAN:
+        bits = tl.where(byte == 0xFF, _F32_CANONICAL_NAN_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr):
+def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr, FF_IS_NAN: tl.constexpr = False):
     """Read ue8m0 scales at byte addresses `addr` as fp32 (see _ue8m0_from_bytes); masked-off lanes
     read byte 0."""
-    return _ue8m0_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask, ZERO_IS_POW2)
+    return _ue8m0_from_bytes(tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION).to(tl.int32), mask, ZERO_IS_POW2,
+                             FF_IS_NAN)
 
 
 @triton.jit
@@ -148,6 +151,7 @@ def _ue8m0_word_bytes(word_row, dim, block, mask, WORD: tl.constexpr, EVICTION: 
 
 @triton.jit
 def _load_ue8m0_words(word_row, dim, block, mask, WORD: tl.constexpr, EVICTION: tl.constexpr,
-                      ZERO_IS_POW2: tl.constexpr):
+                      ZERO_IS_POW2: tl.constexpr, FF_IS_NAN: tl.constexpr = False):
     """ue8m0 scales read as words (see _ue8m0_word_bytes) as fp32."""
-    return _ue8m0_from_bytes(_ue8m0_word_bytes(word_row, dim, block, mask, WORD, EVICTION), mask, ZERO_IS_POW2)
+    return _ue8m0_from_bytes(_ue8m0_word_bytes(word_row, dim, block, mask, WORD, EVICTION), mask, ZERO_IS_POW2,
+                             FF_IS_NAN)
