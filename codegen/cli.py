@@ -39,14 +39,10 @@ def find_project(args) -> config.Project:
     return config.find(Path.cwd())
 
 
-def _problems(errors) -> list:
-    return [p for err in errors for p in err.problems]
-
-
 def _report(errors, form: str = "text") -> int:
     """Print every problem of the failing specs: text lines on stderr (path:line:col: message (fix:
     ...)); or, on stdout, one JSON list, or GitHub Actions error annotations."""
-    problems = _problems(errors)
+    problems = [p for err in errors for p in err.problems]
     if form == "json":
         print(json.dumps([{"file": p.mark.path if p.mark else None, "line": p.mark.line if p.mark else None,
                            "col": p.mark.col if p.mark else None, "message": p.message, "fix": p.fix}
@@ -262,8 +258,8 @@ def cmd_init(args) -> int:
     package = args.package or Path(args.output).name
     text = CONFIG_TEMPLATE.format(specs=args.specs, output=args.output, package=package)
     path = root / config.CONFIG_FILE
-    spec_dir = root / args.specs
-    made = not spec_dir.exists() and not Path(args.specs).is_absolute() and ".." not in Path(args.specs).parts
+    spec_dir = root / config.relative_folder(path, "specs", args.specs)      # (the config requires the folder to exist)
+    made = not spec_dir.exists()
     if made:
         spec_dir.mkdir(parents=True)
     path.write_text(text, encoding="utf-8")

@@ -73,7 +73,8 @@ def _read(path: Path) -> dict | None:
     return table
 
 
-def _relative(path: Path, key: str, value) -> str:
+def relative_folder(path: Path, key: str, value) -> str:
+    """A configured folder as a POSIX path relative to the config's folder (ConfigError if it is not one)."""
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{path}: {key} must be a non-empty string (a folder relative to {path.parent})")
     rel = PurePosixPath(value.replace("\\", "/"))
@@ -98,9 +99,9 @@ def load(path: Path) -> Project:
     specs = [specs] if isinstance(specs, str) else specs
     if not isinstance(specs, list) or not specs:
         raise ConfigError(f"{path}: specs must be a folder or a non-empty list of folders")
-    specs = tuple(_relative(path, "specs", s) for s in specs)
-    output = _relative(path, "output", values["output"])
-    svg = _relative(path, "svg", values["svg"]) if values.get("svg") is not None else None
+    specs = tuple(relative_folder(path, "specs", s) for s in specs)
+    output = relative_folder(path, "output", values["output"])
+    svg = relative_folder(path, "svg", values["svg"]) if values.get("svg") is not None else None
     package = table.get("package", PurePosixPath(output).name)     # default: the output folder's name
     if not isinstance(package, str) or not _PACKAGE.match(package):
         raise ConfigError(f"{path}: package = {package!r} must be a dotted Python import name, e.g. 'generated'")

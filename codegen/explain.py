@@ -27,10 +27,7 @@ def default_sizes(layout: Layout) -> dict:
 
 def explain(layout: Layout, sizes: dict) -> str:
     env = dict(sizes)
-    ev = lambda e: e.evaluate(env)  # noqa: E731
-    for expr, multiple, message in layout.runtime_checks:
-        if ev(expr) % multiple:
-            raise ValueError(f"{message} (page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]})")
+    ev = _ev(layout, env)
     lines = [f"{layout.name} ({layout.spec_path}) at page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]}",
              f"planes: {', '.join(layout.planes)} (each has its own buffers)",
              f"record: {ev(layout.record_bytes)} bytes per token and head"]
@@ -97,6 +94,7 @@ def explain(layout: Layout, sizes: dict) -> str:
 # --- the page map: the same facts as data (explain --json), a picture (--svg), the ABI (diff) --------
 
 def _ev(layout: Layout, sizes: dict):
+    """An evaluator of the layout's expressions at these sizes; ValueError where its checks refuse them."""
     env = dict(sizes)
     for expr, multiple, message in layout.runtime_checks:
         if expr.evaluate(env) % multiple:
