@@ -156,15 +156,18 @@ def layout_cases(package: str, done: set, specs: Path) -> list:
         loc = torch.randperm(1024 * page, device="cuda")[:STORE_TOKENS]
         ids = torch.randint(0, 1024 * page, (DECODE_IDS,), device="cuda", dtype=torch.int32)
         dense = rows(DENSE_ROWS, values)
+        given = {name: torch.tensor([0.0371], device="cuda") for name in m._GIVEN_SCALES}   # call-time scales
         for op in m.OPS:
             if op == "quantize_store":
-                fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page: m.quantize_store(*planes, loc, cache, page))
+                fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page, given=given:
+                      m.quantize_store(*planes, loc, cache, page, **given))
                 size = f"{STORE_TOKENS} tok"
             elif op == "append":
                 fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page: m.append(*planes, loc, cache, page))
                 size = f"{STORE_TOKENS} tok"
             elif op == "gather_dequant":
-                fn, size = (lambda m=m, cache=cache, ids=ids, page=page: m.gather_dequant(cache, ids, page)), f"{DECODE_IDS} ids"
+                fn = (lambda m=m, cache=cache, ids=ids, page=page, given=given: m.gather_dequant(cache, ids, page, **given))
+                size = f"{DECODE_IDS} ids"
             elif op == "quantize":
                 fn, size = (lambda m=m, dense=dense: m.quantize(dense)), f"{DENSE_ROWS}x{values}"
             elif op == "dequantize":

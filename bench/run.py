@@ -203,6 +203,11 @@ def rows_bytes(m, geo, tokens, heads, values) -> int:
     return tokens * len(m.PLANES) * heads * (geo["RECORD_BYTES"] + values * 2)
 
 
+def given_scales(m) -> dict:
+    """The call-time scale arguments of a module's ops (vLLM's k_scale, v_scale), as device tensors."""
+    return {name: torch.tensor([0.0371], dtype=torch.float32, device="cuda") for name in m._GIVEN_SCALES}
+
+
 def scale_bytes(m, geo, slots, heads) -> int:
     """The scale bytes a call needs once: each record's own for value groups; for token groups, each
     distinct block's (one scale per block, head and value index)."""
@@ -223,6 +228,7 @@ def cases_for(name: str, quick: bool, package: str = "generated") -> list:
     # DSv4 reads are measured at the seed's benchmark size: 2^20 ids over 16384 pages of 64.
     read_large = 1 << 20 if name == "dsv4_k" and not quick else large
     out = []
+    given = given_scales(m)
 
     def cache_for(tokens):
         num_pages = max(2 * SMALL_TOKENS, 2 * -(-tokens // page), 16384 if name == "dsv4_k" else 0)
@@ -239,7 +245,7 @@ def cases_for(name: str, quick: bool, package: str = "generated") -> list:
                 dest = dests if len(dests) > 1 else dests[0]
                 moved = rows_bytes(m, geo, tokens, heads, values) + scale_bytes(m, geo, ids, heads) + nbytes(ids)
                 out.append(Case(name, "gather_dequant", scenario, f"{tokens} ids, {num_pages}x{page}", moved,
-                                lambda c=cache, i=ids, o=dest: m.gather_dequant(c, i, page, out=o),
+                                lambda c=cache, i=ids, o=dest: m.gather_dequant(c, i, page, out=o, **given),
                                 nbytes(*cache) + moved, tokens <= SMALL_TOKENS))
     for op in ("quantize_store", "append"):
         if op not in m.OPS:
@@ -262,7 +268,7 @@ def cases_for(name: str, quick: bool, package: str = "generated") -> list:
                 scales = scale_bytes(m, geo, loc, heads) * (2 if op == "append" else 1)
                 moved = rows_bytes(m, geo, tokens, heads, values) + scales + nbytes(loc)
                 out.append(Case(name, op, scenario, f"{tokens} tok, {num_pages}x{page}", moved,
-                                lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page), nbytes(*cache) + moved,
+                                lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page, **given), nbytes(*cache) + moved,
                                 tokens <= SMALL_TOKENS, graph=op == "append"))
             if op == "append" and tokens <= SMALL_TOKENS:
                 out.append(growing_decode(name, m, geo, cache, num_pages, page, tokens, heads, values))

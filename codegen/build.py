@@ -18,8 +18,11 @@ MIN_GROUP_TOKENS = 8        # slots of the smallest {tokens: N} group (runtime/a
 OPS_BY_SCALE_KIND = {
     "values": ("gather_dequant", "quantize_store", "quantize", "dequantize"),
     "tokens": ("gather_dequant", "append"),
+    "tensor": ("gather_dequant", "quantize_store"),
     None: ("gather_dequant", "quantize_store"),
 }
+# Parameters of the cache ops, which a given scale's argument name (<plane>_<group>) must not take.
+OP_PARAMETERS = ("cache", "token_ids", "page_size", "out", "loc", "pdl")
 COORDS_BY_HOLDING = {"records": ("slot", "head"), "values": ("slot", "head", "scale"), "tokens": ("block", "head", "dim")}
 
 
@@ -87,8 +90,13 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     groups = {name: _finish_group(g, segments, tree, multiple, checks) for name, g in groups.items()}
     segments = tuple(_attach_scale(s, groups) for s in segments)
     if len({g.kind for g in groups.values()}) > 1:
-        raise SpecError(tree.value_mark("scales"), "scales: a layout cannot mix {values: N} and {tokens: N} groups",
-                        "split it into two layouts")
+        raise SpecError(tree.value_mark("scales"), "scales: a layout cannot mix {values: N}, {tokens: N} and tensor "
+                        "groups", "split it into two layouts")
+    for name, g in groups.items():
+        for plane in tree["planes"] if g.kind == "tensor" else ():
+            if f"{plane}_{name}" in OP_PARAMETERS + tuple(tree["planes"]):
+                raise SpecError(tree["scales"].key_mark(name), f"scales.{name}: plane {plane!r}'s scale argument "
+                                f"would be named {plane}_{name}, which the ops already use", "rename the scale group")
     if any(g.kind == "tokens" for g in groups.values()) and len(segments) != 1:
         raise SpecError(tree.value_mark("record"), "record: a {tokens: N} scale group needs a one-segment record",
                         "drop the other segments")
@@ -113,7 +121,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
         if s.raw is not None:
             _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks)
     for g in groups.values():
-        if g.format.nbytes > 1:
+        if g.format.nbytes > 1 and not g.given:
             region = next(r for b in buffers for r in b.regions if r.holds == g.name)
             _check_alignment(records if region.inline else region, buffers, g.format.nbytes,
                              f"{g.format.name} scales of {g.name!r}", tree, checks)
@@ -196,6 +204,14 @@ def _scale_groups(tree) -> dict:
         mark = tree["scales"].value_mark(name)
         fmt = SCALE_FORMATS[g["format"]]
         lo, hi = fmt.exponent_min, fmt.exponent_max
+        given = g["group"] == "tensor"
+        if given != (g["rule"] == "given"):
+            raise SpecError(g.value_mark("rule" if given else "group"),
+                            f"scales.{name}: " + ("a group: tensor scale is given at call time, so its rule is 'given'"
+                                                  if given else "rule 'given' (a call-time scale) covers a whole plane"),
+                            "set rule: given" if given else "set group: tensor, or pick a rule that computes the scale")
+        if given:
+            _check_given_group(name, g)
         if g["rule"] == "exact":
             if g["format"] != "fp32":
                 raise SpecError(g.value_mark("rule"), f"scales.{name}.rule: 'exact' scales (amax / fmax) are not powers "
@@ -218,11 +234,22 @@ def _scale_groups(tree) -> dict:
         if floor is not None and not (FP32_MIN_NORMAL <= floor < float("inf") and floor < 3.0e38):
             raise SpecError(g.value_mark("amax_floor"), f"scales.{name}.amax_floor: {floor!r} is not a normal fp32 number",
                             "use a value between 1.2e-38 and 3.0e38, e.g. 1.0e-30")
-        (kind, size), = g["group"].items()
+        (kind, size), = g["group"].items() if not given else (("tensor", 1),)
         out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], terms=None, amax_floor=floor,
                          amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
                          exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], ff_byte=g["ue8m0_ff"], kind=kind, size=size, segment=None)
     return out
+
+
+def _check_given_group(name: str, g) -> None:
+    """A call-time scale: an fp32 tensor, with none of the fields that shape a computed scale."""
+    if g["format"] != "fp32":
+        raise SpecError(g.value_mark("format"), f"scales.{name}.format: a given scale is a float32 tensor",
+                        "set format: fp32")
+    for key in ("amax_floor", "exponent_range", "pad_to"):
+        if g[key] is not None:
+            raise SpecError(g.key_mark(key), f"scales.{name}.{key}: a given scale is not computed from amax, "
+                            "nor stored in the cache", f"remove {key}")
 
 
 def _segments(tree, groups, checks):
@@ -311,6 +338,9 @@ def _place_record_items(record, out: dict, groups) -> tuple:
         if name in inline:
             raise SpecError(item.value_mark("scales"), f"{where}.scales: group {name!r} is already stored at record "
                             f"byte {inline[name][0].render()}", "store a group's scales once")
+        if g["kind"] == "tensor":
+            raise SpecError(item.value_mark("scales"), f"{where}.scales: group {name!r} is given at call time, so the "
+                            "record holds none of it", "remove this record item")
         if g["kind"] != "values":
             raise SpecError(item.value_mark("scales"), f"{where}.scales: only {{values: N}} groups sit in the record "
                             f"({name!r} is a {{tokens: N}} group, shared by slots)", f"place {name} in a buffer region")
@@ -353,6 +383,8 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                 raise SpecError(g["tree"].value_mark("pad_to"), f"{where}.pad_to: {pad} is less than the "
                                 f"{count.const_value()} scales per token", f"use pad_to >= {count.const_value()}")
             padded = const(pad)
+    elif g["kind"] == "tensor":
+        count = padded = seg["values"]           # one value per tile: the walk steps through the values
     else:
         if pad is not None:
             raise SpecError(g["tree"].value_mark("pad_to"), f"{where}.pad_to: only {{values: N}} groups are padded",
@@ -372,6 +404,9 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                             f"{g['size']} (it is {multiple})", f"set page.size_multiple_of: {g['size']}")
         count = padded = seg["values"]
     packing = seg["element"].packing
+    if packing > 1 and g["kind"] == "tensor":
+        raise SpecError(g["tree"].value_mark("group"), f"{where}.group: a given scale for {seg['dtype']} (two codes per "
+                        "byte) is not supported", "use an fp8 element format, or a {values: N} group")
     if packing > 1 and (g["kind"] != "values" or g["size"] % packing):
         raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {seg['dtype']} packs {packing} values per byte, "
                         f"so a scale covers a whole number of bytes: {{values: N}} with N a multiple of {packing}",
@@ -380,7 +415,7 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
         raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")
     fields = {k: v for k, v in g.items() if k not in ("mark", "tree", "terms")}
-    terms = None if g["rule"] == "exact" else rule_terms(g["rule"], seg["element"])
+    terms = None if g["rule"] in ("exact", "given") else rule_terms(g["rule"], seg["element"])
     return ScaleGroup(count=count, padded_count=padded, terms=terms, element=seg["element"], **fields)
 
 
@@ -408,6 +443,9 @@ def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
             kind, element_bytes = "records", ctx["record_bytes"]
         elif holds in ctx["groups"]:
             g = ctx["groups"][holds]
+            if g.kind == "tensor":
+                raise SpecError(rt.value_mark("holds"), f"{where}.holds: {holds!r} is given at call time, so the cache "
+                                "holds none of it", "remove this region")
             kind, element_bytes = g.kind, const(g.format.nbytes)
         else:
             raise SpecError(rt.value_mark("holds"), f"{where}.holds: {holds!r} is neither 'records' nor a scale group",
@@ -539,7 +577,11 @@ def _check_placement(tree, buffers, groups):
                 raise SpecError(tree["buffers"][b.name].item_mark(i), f"buffers.{b.name}[{i}]: {r.holds!r} is already "
                                 f"placed in buffer {placed[r.holds]!r}", "place each of records and scale groups once")
             placed[r.holds] = b.name
-    for need in ("records", *groups):
+    for name, g in groups.items():
+        if g.kind == "tensor" and name in placed:
+            raise SpecError(tree.value_mark("buffers"), f"buffers: {name!r} is given at call time, so the cache holds "
+                            "none of it", f"remove the region holding {name}")
+    for need in ("records", *(name for name, g in groups.items() if g.kind != "tensor")):
         if need not in placed:
             raise SpecError(tree.value_mark("buffers"), f"buffers: {need!r} is not placed in any buffer",
                             f"add '- {{holds: {need}, order: [...]}}' to a buffer")

@@ -42,7 +42,8 @@ def explain(layout: Layout, sizes: dict) -> str:
         scale = ""
         if s.quantized:
             g = s.scale
-            per = f"one per {g.size} values" if g.kind == "values" else f"one per {g.size} slots per value index"
+            per = {"values": f"one per {g.size} values", "tokens": f"one per {g.size} slots per value index",
+                   "tensor": "one per plane, given at call time"}[g.kind]
             scale = f"  scales: {g.name} ({g.format.name}, {g.rule}, {per})"
         lines.append(f"  bytes [{start:>5}, {end:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
                      f"values [{v0}, {v0 + nv}){scale}")
@@ -72,7 +73,7 @@ def explain(layout: Layout, sizes: dict) -> str:
         parts = []
         rec = layout.records
         parts.append(f"record at {rec.buffer.name}+{ev(rec.offset(coords))}")
-        for g in layout.scales:
+        for g in layout.stored_scales:
             r = layout.scales_of(g.name)
             if g.kind == "values":
                 first = ev(r.offset({**coords, "scale": 0}))
@@ -217,8 +218,9 @@ def svg(layout: Layout, sizes: dict) -> str:
             note = f"values [{p['values'][0]}, {p['values'][1]})"
             if p["scales"]:
                 g = groups[p["scales"]]
-                note += f", scaled by {g['name']} ({g['format']}, {g['rule']}, one per {next(iter(g['group'].values()))} "\
-                        f"{next(iter(g['group']))})"
+                kind, size = next(iter(g["group"].items()))
+                per = "one per plane, given at call time" if kind == "tensor" else f"one per {size} {kind}"
+                note += f", scaled by {g['name']} ({g['format']}, {g['rule']}, {per})"
             cells.append((p["start"], p["end"], _segment_colour(p["dtype"]), f"{p['name']} {p['dtype']}", note))
         elif p["kind"] == "scales":
             cells.append((p["start"], p["end"], colour[p["name"]], f"{p['name']} scales",

@@ -159,7 +159,7 @@ SCALE_FORMATS = {
 
 # Rules that give a power of two 2^e, as integer tests on amax's fp32 bits: amax = 2^E * m.
 POW2_RULES = ("rceil", "floor", "ceil", "even", "nearest")
-RULES = POW2_RULES + ("exact",)
+RULES = POW2_RULES + ("exact", "given")
 
 
 def mantissa_threshold(fmax: float, factor_sq_num: int, factor_sq_den: int) -> int:

@@ -53,7 +53,8 @@ SCALE_GROUP = Obj(title="a scale group", fields={
                   "emax = floor(log2 fmax)): rceil = smallest power of two s with amax/s <= fmax (the seeds); "
                   "floor = 2^(floor(log2 amax) - emax) (OCP MX); ceil = 2^(ceil(log2 amax) - emax); even = floor "
                   "after rounding amax to the element's mantissa width (torchao EVEN); nearest = 2^round(log2(amax/"
-                  "fmax)); exact = amax / fmax itself (fp32 format only). See docs/numerics.md"),
+                  "fmax)); exact = amax / fmax itself (fp32 format only); given = no rule: the scale is a call-time "
+                  "argument (with group: tensor). See docs/numerics.md"),
     "amax_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
                         "amax is raised to at least this before the rule (1.0e-8 DSv4, 1.0e-30 MXFP8); null: no floor",
                         None),
@@ -64,7 +65,10 @@ SCALE_GROUP = Obj(title="a scale group", fields={
         Obj(title="{values: N}", fields={"values": Field(Int(minimum=1, maximum=MAX_VALUES), "N consecutive values of one token and head share a scale")}),
         Obj(title="{tokens: N}", fields={"tokens": Field(Int(minimum=1, maximum=MAX_GROUP_TOKENS), "N consecutive slots share a scale per head and value index "
                                                                           "(seq-blocked V)")}),
-    )), "what one scale covers"),
+        Str(enum=("tensor",)),
+    )), "what one scale covers; 'tensor': the whole plane, one fp32 scale given at call time (rule: given) as a "
+        "one-element float32 tensor <plane>_<group> (vLLM's k_scale, v_scale), so calls stay CUDA-graph capturable; "
+        "codes are value / scale, values code * scale; no cache bytes"),
     "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
                         "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
                         "exp2 of -127 gives (DSv4 seed)",

@@ -29,7 +29,8 @@ class ScaleGroup:
     exponent_hi: int
     zero_byte: str                # "pow2" or "zero": what scale byte 0x00 decodes to
     ff_byte: str                  # "inf" or "nan": what scale byte 0xFF decodes to
-    kind: str                     # "values": along a token's values; "tokens": along slots, per value index
+    kind: str                     # "values": along a token's values; "tokens": along slots, per value index;
+                                  # "tensor": the whole plane, given at call time
     size: int                     # values (or slots) that share one scale
     count: Expr                   # scales of one token and head ("values" groups)
     padded_count: Expr            # entries stored per token and head, padding included
@@ -39,6 +40,11 @@ class ScaleGroup:
     @property
     def exact(self) -> bool:
         return self.rule == "exact"
+
+    @property
+    def given(self) -> bool:
+        """A call-time scale (group: tensor): one fp32 per plane, passed to the ops, not in the cache."""
+        return self.kind == "tensor"
 
     @property
     def clamps_lo(self) -> bool:
@@ -59,7 +65,7 @@ class ScaleGroup:
     @property
     def walk(self) -> str:
         """The coordinate a segment helper steps through: one scale per tile, or per value index."""
-        return "scale" if self.kind == "values" else "dim"
+        return "scale" if self.kind in ("values", "tensor") else "dim"
 
     @property
     def tile(self) -> int:
@@ -104,10 +110,14 @@ class Segment:
     @property
     def quantize_walk(self) -> str:
         """The runtime/segments.py walk that quantizes this segment: one code per byte, or two (fp4)."""
+        if self.scale.given:
+            return "_quantize_given_segment"
         return "_quantize_segment" if self.element.packing == 1 else "_quantize_packed_segment"
 
     @property
     def dequantize_walk(self) -> str:
+        if self.scale.given:
+            return "_dequantize_given_segment"
         return "_dequantize_segment" if self.element.packing == 1 else "_dequantize_packed_segment"
 
     @property
@@ -285,6 +295,20 @@ class Layout:
         raise KeyError(holds)
 
     @property
+    def given_scales(self) -> tuple:
+        """(argument name, plane, group) of each call-time scale, plane-major: the ops' extra tensors."""
+        return tuple((f"{p}_{g.name}", p, g) for p in self.planes for g in self.scales if g.given)
+
+    def given_index(self, group: ScaleGroup) -> int:
+        """A given group's place among the layout's given groups (its scale within a plane's)."""
+        return [g.name for g in self.scales if g.given].index(group.name)
+
+    @property
+    def stored_scales(self) -> tuple:
+        """The scale groups whose entries the cache holds (all but the given ones)."""
+        return tuple(g for g in self.scales if not g.given)
+
+    @property
     def records(self) -> Placement:
         return self.placement("records")
 
@@ -322,7 +346,7 @@ class Layout:
     def record_parts(self) -> tuple:
         """The record in byte order: (first byte, end byte, segment or None, inline scale group or None)."""
         parts = [(s.byte_offset, s.byte_end, s, None) for s in self.segments]
-        for g in self.scales:
+        for g in self.stored_scales:
             r = self.scales_of(g.name).region
             if r.inline:
                 parts.append((r.record_offset, r.record_offset + r.nbytes, None, g))
@@ -368,7 +392,9 @@ class Layout:
     def needs(self) -> frozenset:
         """The helper families this layout's ops call, so a module carries exactly the helpers it uses:
         write_values / read_values (per segment and scale group: quantize_store and quantize /
-        gather_dequant and dequantize), encode (fp8 encoders, amax, scale rules), decode, store_checks,
+        gather_dequant and dequantize), encode (fp8 encoders), decode, amax (amax, scale rules and
+        power-of-two scaling, for stored scales), scale_writes / scale_reads / cache_scales (stored
+        scales written, read, addressed in the cache), given_checks / given_writes (call-time scales), store_checks,
         out_checks (gather's outputs the caller passes), launch_shape, lane_group, slot_blocks (a gather's
         block of slots), round_up (a page padded
         to `align`), the segment walks (runtime/segments.py names, store_raw, load_raw), the element
@@ -394,7 +420,7 @@ class Layout:
             need |= {"out_checks", "lane_group"}
             if self.scale_kind == "tokens":
                 need.add("slot_blocks")
-        for g in self.scales:
+        for g in self.stored_scales:
             if writes_values:
                 need.add(g.store_function)
             if reads:
@@ -414,6 +440,19 @@ class Layout:
             need.add("decode")
         if ops & {"quantize_store", "append"}:
             need.add("store_checks")
+        if self.given_scales:
+            need.add("given_checks")
+            if writes_values:
+                need.add("given_writes")
+        if self.stored_scales:
+            if writes_values:
+                need.add("scale_writes")
+            if reads:
+                need.add("scale_reads")
+            if writes_values or "append" in ops:
+                need.add("amax")              # amax, its scale rule and power-of-two scaling
+            if ops & {"quantize_store", "gather_dequant"}:
+                need.add("cache_scales")
         if self.word_scales is not None:
             need.add("word_scales")
         if ops - {"append"}:
@@ -523,9 +562,10 @@ def op_params(layout: Layout, op: str) -> tuple:
     """The parameters of a generated operation (and of its ``_ref``), in order."""
     base = op[:-4] if op.endswith("_ref") else op
     planes = tuple(layout.planes)
+    given = tuple(name for name, _, _ in layout.given_scales)
     return {
-        "gather_dequant": ("cache", "token_ids", "page_size", "out"),
-        "quantize_store": planes + ("loc", "cache", "page_size"),
+        "gather_dequant": ("cache", "token_ids", "page_size") + given + ("out",),
+        "quantize_store": planes + ("loc", "cache", "page_size") + given,
         "append": planes + ("loc", "cache", "page_size"),
         "quantize": ("x",),
         "dequantize": ("data", "scale", "out_dtype"),

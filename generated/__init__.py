@@ -9,4 +9,5 @@
   mxfp8_kv
   mxfp8_kv_128x4
   mxfp8_v_seqblocked
+  vllm_fp8
 """

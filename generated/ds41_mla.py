@@ -73,10 +73,12 @@ _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
 _WORD_SCALES = None
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
 _CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
-_STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES
-_STORE_WRITTEN = tuple(range(1 + len(PLANES), len(_STORE_NAMES)))
-_GATHER_NAMES = ("token_ids",) + _CACHE_NAMES + (("out",) if len(PLANES) == 1 else tuple(f"out ({p})" for p in PLANES))
-_GATHER_WRITTEN = tuple(range(1 + len(Cache._fields), len(_GATHER_NAMES)))
+# The call-time scales (one float32 tensor per plane and given group), which follow the cache.
+_GIVEN_SCALES = ()
+_STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES + _GIVEN_SCALES
+_STORE_WRITTEN = tuple(range(1 + len(PLANES), 1 + len(PLANES) + len(_CACHE_NAMES)))
+_GATHER_NAMES = ("token_ids",) + _CACHE_NAMES + _GIVEN_SCALES + (("out",) if len(PLANES) == 1 else tuple(f"out ({p})" for p in PLANES))
+_GATHER_WRITTEN = tuple(range(1 + len(Cache._fields) + len(_GIVEN_SCALES), len(_GATHER_NAMES)))
 # Per op, the launch plan of every call signature seen (see _Plan).
 _PLANS = {op: {} for op in OPS}
 
@@ -247,8 +249,18 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     return geo, num_pages
 
 
-def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
-    """Checks for the writers: one (T, heads, values) source per plane; returns (3-D sources, geometry, pages)."""
+def _check_given_scales(scales: tuple, device) -> None:
+    """The call-time scales (_GIVEN_SCALES): each a one-element float32 tensor on the op's device
+    (read by the kernel itself, so calls stay CUDA-graph capturable)."""
+    for name, t in zip(_GIVEN_SCALES, scales, strict=True):
+        _check_tensor(name, t, (torch.float32,), None, device)
+        if t.numel() != 1:
+            raise ValueError(f"{name}: expected one element (the plane's scale), got shape {tuple(t.shape)}")
+
+
+def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) -> tuple:
+    """Checks for the writers: one (T, heads, values) source per plane (and the call-time scales);
+    returns (3-D sources, geometry, pages)."""
     first = srcs[0]
     device = first.device if isinstance(first, torch.Tensor) else None
     views = []
@@ -265,7 +277,8 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
                          f"{cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
-    tensors = (loc, *views, *cache)
+    _check_given_scales(scales, device)
+    tensors = (loc, *views, *cache, *scales)
     _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
     return tuple(views), geo, num_pages
 
@@ -1101,8 +1114,8 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     return outs[0] if len(PLANES) == 1 else outs
 
 
-def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
-    """Checks for the readers; returns (one destination per plane, geometry, pages)."""
+def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -> tuple:
+    """Checks for the readers (and the call-time scales); returns (one destination per plane, geometry, pages)."""
     heads, values = _cache_dims(cache)
     device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
     _check_index("token_ids", token_ids, device)
@@ -1119,7 +1132,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out) -> tuple:
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
-    tensors = (token_ids, *cache, *outs)
+    tensors = (token_ids, *cache, *scales, *outs)
     _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
     return outs, geo, num_pages
 
@@ -1483,6 +1496,7 @@ class _RefGroup(NamedTuple):
     exponent_hi: int
     tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
 class _RefSegment(NamedTuple):
@@ -1503,6 +1517,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
+    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
 
     @property
     def columns(self) -> slice:
@@ -1611,9 +1626,9 @@ def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.
     return first + entry // seg.scale_split * seg.scale_stride + entry % seg.scale_split * seg.scale_lo
 
 
-def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
+def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
     page_size = _index(page_size, "page_size")
-    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size, scales)
     G = SimpleNamespace(**geo)
     loc = loc.to(torch.int64)
     token = _ref_written(loc, num_pages, page_size).nonzero().flatten()
@@ -1628,15 +1643,19 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -
                 raw = _ref_cast(x[..., seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
                 records[_ref_segment_bytes(seg, rec_row)] = raw
                 continue
+            if seg.group.given:
+                records[_ref_segment_bytes(seg, rec_row)] = _ref_given_codes(seg, x[..., seg.columns],
+                                                                             _ref_given_scale(seg, scales, plane))
+                continue
             codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                              _ref_scale_addresses(seg, G, page, slot, head, block), scale)
 
 
-def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
+def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, scales: tuple = ()):
     page_size = _index(page_size, "page_size")
-    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
+    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, scales)
     G = SimpleNamespace(**geo)
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
@@ -1651,9 +1670,12 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
                 o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
                 continue
             codes = records[_ref_segment_bytes(seg, rec_row)]
-            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
-                                    _ref_scale_addresses(seg, G, page, slot, head, block))
-            x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+            if seg.group.given:
+                x = _ref_codes(seg, codes) * _ref_given_scale(seg, scales, plane)
+            else:
+                scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
+                                        _ref_scale_addresses(seg, G, page, slot, head, block))
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 

@@ -26,6 +26,11 @@ from triton.compiler import ASTSource  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.layouts import LAYOUTS, module  # noqa: E402
 
+
+def given(m) -> dict:
+    """The call-time scale arguments of a module's ops (none for most layouts)."""
+    return {name: torch.tensor([0.5]) for name in m._GIVEN_SCALES}
+
 TARGET = GPUTarget("cuda", 90, 32)
 LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg", "launch_pdl"}   # launch keywords that are not kernel arguments
 
@@ -103,7 +108,7 @@ def calls_for(m, heads, values, page):
     x = torch.randn(tokens, heads, values, dtype=torch.bfloat16)
     loc = torch.arange(tokens)
     if "quantize_store" in m.OPS:
-        m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
+        m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m))
     m.reset_pages(cache, torch.arange(3), page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
@@ -136,9 +141,9 @@ def calls_for(m, heads, values, page):
         m.LAUNCH = chained if cap else saved[2]
         try:
             if cap and "quantize_store" in m.OPS:
-                m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page)
+                m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m))
             if "gather_dequant" in m.OPS:
-                m.gather_dequant(cache, loc, page)
+                m.gather_dequant(cache, loc, page, **given(m))
             if "quantize" in m.OPS:
                 data, scale = m.quantize_ref(x)
                 m.quantize(x)

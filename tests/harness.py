@@ -35,6 +35,23 @@ def _allowed(m, page: int, heads: int, values: int) -> bool:
     return True
 
 
+# Call-time scales the tests pass, one per given scale argument in turn: not powers of two (so the
+# division rounds), one below 1 and one above.
+GIVEN_VALUES = (0.0371, 2.7, 0.3, 11.0)
+
+
+def given(m, values=GIVEN_VALUES) -> dict:
+    """The call-time scale arguments of a module's ops (k_scale, v_scale, ...) as one-element float32
+    tensors; {} for layouts without them."""
+    return {name: torch.tensor([values[i % len(values)]], dtype=torch.float32, device=DEVICE)
+            for i, name in enumerate(m._GIVEN_SCALES)}
+
+
+def given_floats(m, scales: dict) -> dict:
+    """The same scales as Python floats (for the oracle)."""
+    return {name: float(t.item()) for name, t in scales.items()}
+
+
 class KernelStub:
     """Stands in for a @triton.jit kernel: `kernel[grid](*args, **kwargs)` launches nothing and hands
     the keyword arguments to `on_launch`, if given."""

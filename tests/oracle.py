@@ -215,7 +215,11 @@ class Spec:
         return None
 
     def group_of(self, name: str) -> tuple:
-        (kind, size), = self.scales[name]["group"].items()
+        """(kind, size): ("values", N), ("tokens", N), or ("tensor", None) for a call-time scale."""
+        group = self.scales[name]["group"]
+        if group == "tensor":
+            return "tensor", None
+        (kind, size), = group.items()
         return kind, size
 
     def scale_entries(self, name: str, values: int) -> int:
@@ -367,8 +371,9 @@ def _segment_offsets(spec: Spec, values: int):
         b += spec.item_bytes(item, values)
 
 
-def quantize_store(spec: Spec, state: CacheBytes, srcs, loc) -> None:
-    """The writers' bytes: each valid slot's record and scales, token by token (docs/numerics.md)."""
+def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None = None) -> None:
+    """The writers' bytes: each valid slot's record and scales, token by token (docs/numerics.md).
+    given: the call-time scales by argument name, <plane>_<group> (value / scale, correctly rounded)."""
     values = state.values
     for i, slot_id in enumerate(int(s) for s in loc):
         if not state.valid(slot_id):
@@ -386,7 +391,12 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc) -> None:
                         state.write(plane, "records", page_id, where, data, skip=byte)
                         continue
                     name, fmt = seg["scale"], seg["dtype"]
-                    size = spec.group_of(name)[1]
+                    kind, size = spec.group_of(name)
+                    if kind == "tensor":
+                        with np.errstate(all="ignore"):
+                            q = (x32[first:first + n].astype(np.float64) / given[f"{plane}_{name}"]).astype(np.float32)
+                        state.write(plane, "records", page_id, where, pack(fmt, encode(fmt, q)), skip=byte)
+                        continue
                     for j in range(n // size):
                         x = x32[first + j * size: first + (j + 1) * size]
                         a = spec.amax(name, x)
@@ -414,8 +424,9 @@ def _out_bits(v64: np.ndarray, dtype) -> np.ndarray:
     return to_half_bits(v32, dtype).view(np.uint8)
 
 
-def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16) -> list:
-    """The readers' output per plane: (tokens, heads, values) of dtype; invalid ids give zero rows."""
+def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16, given: dict | None = None) -> list:
+    """The readers' output per plane: (tokens, heads, values) of dtype; invalid ids give zero rows.
+    given: the call-time scales by argument name (code * scale)."""
     heads, values = state.heads, state.values
     width = torch.empty((), dtype=dtype).element_size()
     outs = []
@@ -439,7 +450,9 @@ def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16) -> 
                     name, fmt = seg["scale"], seg["dtype"]
                     codes = unpack(fmt, state.read(plane, "records", page_id, where, n // packing(fmt), skip=byte))
                     kind, size = spec.group_of(name)
-                    if kind == "values":
+                    if kind == "tensor":
+                        scale = np.full(n, given[f"{plane}_{name}"])
+                    elif kind == "values":
                         nb = spec.scale_bytes(name)
                         scale = np.repeat([spec.scale_value(name, bytes(state.read(
                             plane, name, page_id, {"slot": slot, "head": head, "scale": j}, nb)))

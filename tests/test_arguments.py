@@ -7,7 +7,8 @@ import torch
 
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import generator, scaled_normal
-from tests.harness import LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module
+from tests.harness import (LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
+                           module)
 
 
 def raises(match: str, fn, *args, **kwargs):
@@ -46,16 +47,17 @@ def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
     heads, values, page = dims(m)
     cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
     ids = torch.arange(4, device=DEVICE)
+    scales = given(m)
     for wrong in (2 * page, 4 * page):
         if "gather_dequant" in m.OPS:
-            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, m.gather_dequant, cache, ids, wrong)
+            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, m.gather_dequant, cache, ids, wrong, **scales)
         writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
         if writer is not None:
             rows = torch.ones(4, heads, values, device=DEVICE)
-            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, writer, *[rows] * len(m.PLANES), ids, cache, wrong)
+            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, writer, *[rows] * len(m.PLANES), ids, cache, wrong, **scales)
     raises("page_size: a page of page_size=", m.gather_dequant if "gather_dequant" in m.OPS else m.append,
            *((cache, ids) if "gather_dequant" in m.OPS else ([torch.ones(4, heads, values, device=DEVICE)] * len(m.PLANES)
-                                                              + [ids, cache])), 2 ** 40)
+                                                              + [ids, cache])), 2 ** 40, **scales)
 
 
 def test_compat_default_page_size_is_checked():

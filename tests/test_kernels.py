@@ -9,8 +9,8 @@ import torch
 
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
-from tests.harness import (KernelStub, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
-                           pairs, per_plane, plane_rows, unique_slots)
+from tests.harness import (KernelStub, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
+                           module, pairs, per_plane, plane_rows, unique_slots)
 
 SOURCE_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -37,7 +37,7 @@ def test_gather_dequant_page_sizes(name, blocks):
     num_pages = 5
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     ids = torch.randint(-2, num_pages * page + 2, (203,), generator=gen).to(DEVICE)
-    for plane, a, b in pairs(m, m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)):
+    for plane, a, b in pairs(m, m.gather_dequant(cache, ids, page, **given(m)), m.gather_dequant_ref(cache, ids, page, **given(m))):
         assert_same_bytes(a, b, f"{name}.gather_dequant page {page} ({plane})")
     # The same bytes one byte into a larger allocation: too misaligned for word reads.
     shifted = []
@@ -47,7 +47,7 @@ def test_gather_dequant_page_sizes(name, blocks):
         view.copy_(t)
         shifted.append(view)
     shifted = type(cache)(*shifted)
-    for plane, a, b in pairs(m, m.gather_dequant(shifted, ids, page), m.gather_dequant_ref(cache, ids, page)):
+    for plane, a, b in pairs(m, m.gather_dequant(shifted, ids, page, **given(m)), m.gather_dequant_ref(cache, ids, page, **given(m))):
         assert_same_bytes(a, b, f"{name}.gather_dequant page {page}, buffers at odd addresses ({plane})")
 
 
@@ -71,14 +71,14 @@ def test_gather_dequant(name, out_dtype):
     slices = lambda ws: tuple(w[1:tokens + 1, :, 8:8 + values] for w in ws)  # noqa: E731
     out = slices(work) if len(m.PLANES) > 1 else slices(work)[0]
     out_ref = slices(work_ref) if len(m.PLANES) > 1 else slices(work_ref)[0]
-    got = m.gather_dequant(cache, ids, page, out=out)
-    want = m.gather_dequant_ref(cache, ids, page, out=out_ref)
+    got = m.gather_dequant(cache, ids, page, out=out, **given(m))
+    want = m.gather_dequant_ref(cache, ids, page, out=out_ref, **given(m))
     assert (got is out) and (want is out_ref)
     for plane, a, b in zip(m.PLANES, work, work_ref, strict=True):
         assert_same_bytes(a, b, f"{name}.gather_dequant workspace ({plane})")
     # The default destination: fresh bf16 tensors.
-    got = m.gather_dequant(cache, ids.to(torch.int64), page)
-    want = m.gather_dequant_ref(cache, ids.to(torch.int64), page)
+    got = m.gather_dequant(cache, ids.to(torch.int64), page, **given(m))
+    want = m.gather_dequant_ref(cache, ids.to(torch.int64), page, **given(m))
     for _, a, b in pairs(m, got, want):
         assert a.dtype == torch.bfloat16 and a.shape == (tokens, heads, values)
         assert_same_bytes(a, b, f"{name}.gather_dequant default out")
@@ -103,10 +103,10 @@ def test_gather_dequant_lane_groups(name, most):
     saved = m.LAUNCH["gather_dequant"]
     m.LAUNCH["gather_dequant"] = {**saved, "lane_group": most}
     try:
-        got = m.gather_dequant(cache, ids, page, out=tuple(outs) if len(outs) > 1 else outs[0])
+        got = m.gather_dequant(cache, ids, page, out=tuple(outs) if len(outs) > 1 else outs[0], **given(m))
     finally:
         m.LAUNCH["gather_dequant"] = saved
-    want = m.gather_dequant_ref(cache, ids, page)
+    want = m.gather_dequant_ref(cache, ids, page, **given(m))
     for _, a, b in pairs(m, got, want):
         assert_same_bytes(a, b, f"{name}.gather_dequant, lane groups of {group}")
 
@@ -127,12 +127,12 @@ def test_quantize_store(name, src_dtype):
     srcs = [source_rows(m, tokens, heads, values, src_dtype, gen) for _ in m.PLANES]
     extra = [-1, -5, num_slots, num_slots + 9] + ([m.SINK_SLOT] if m.SINK_SLOT is not None else [])
     loc = unique_slots(num_slots, tokens, gen, extra).to(DEVICE)
-    m.quantize_store(*srcs, loc, cache, page)
-    m.quantize_store_ref(*srcs, loc, cache_ref, page)
+    m.quantize_store(*srcs, loc, cache, page, **given(m))
+    m.quantize_store_ref(*srcs, loc, cache_ref, page, **given(m))
     assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store")
     if m.SINK_SLOT is not None:   # the sink slot's bytes never change
         ids = torch.tensor([m.SINK_SLOT], device=DEVICE)
-        for _, a, b in pairs(m, m.gather_dequant_ref(cache, ids, page), m.gather_dequant_ref(before, ids, page)):
+        for _, a, b in pairs(m, m.gather_dequant_ref(cache, ids, page, **given(m)), m.gather_dequant_ref(before, ids, page, **given(m))):
             assert_same_bytes(a, b, f"{name}: sink slot")
 
 
@@ -367,14 +367,14 @@ def test_one_row_per_program(name, monkeypatch):
     num_slots = num_pages * page
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     ids = torch.randint(-1, num_slots + 1, (7,), generator=gen).to(DEVICE)
-    for _, a, b in pairs(m, m.gather_dequant(cache, ids, page), m.gather_dequant_ref(cache, ids, page)):
+    for _, a, b in pairs(m, m.gather_dequant(cache, ids, page, **given(m)), m.gather_dequant_ref(cache, ids, page, **given(m))):
         assert_same_bytes(a, b, f"{name}.gather_dequant, one row per program")
     if "quantize_store" in m.OPS:
         cache_ref = clone(m, cache)
         srcs = [source_rows(m, 7, heads, values, torch.bfloat16, gen) for _ in m.PLANES]
         loc = unique_slots(num_slots, 7, gen, [-1]).to(DEVICE)
-        m.quantize_store(*srcs, loc, cache, page)
-        m.quantize_store_ref(*srcs, loc, cache_ref, page)
+        m.quantize_store(*srcs, loc, cache, page, **given(m))
+        m.quantize_store_ref(*srcs, loc, cache_ref, page, **given(m))
         assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store, one row per program")
     if "quantize" in m.OPS:
         x = source_rows(m, 7, 1, dims(m)[1], torch.bfloat16, gen)[:, 0]
@@ -499,7 +499,7 @@ def test_chained_calls_see_each_other(name, monkeypatch):
     want = []
     for i in range(steps):
         write_ref(*rows[i], locs[i], cache_ref, page)
-        want.append(as_tuple(m.gather_dequant_ref(cache_ref, locs[i], page)))
+        want.append(as_tuple(m.gather_dequant_ref(cache_ref, locs[i], page, **given(m))))
         if "quantize" in m.OPS:
             want[-1] += (m.dequantize_ref(*m.quantize_ref(dense[i])),)
 
@@ -510,9 +510,9 @@ def test_chained_calls_see_each_other(name, monkeypatch):
         for i in range(steps):
             write(*rows[i], locs[i], cache, page, pdl=True)
             if first_call:
-                gathered.append(m.gather_dequant(cache, locs[i], page, pdl=True))
+                gathered.append(m.gather_dequant(cache, locs[i], page, pdl=True, **given(m)))
             else:
-                m.gather_dequant(cache, locs[i], page, out=gathered[i], pdl=True)
+                m.gather_dequant(cache, locs[i], page, out=gathered[i], pdl=True, **given(m))
             if "quantize" in m.OPS:
                 back = m.dequantize(*m.quantize(dense[i], pdl=True), pdl=True)
                 if first_call:
@@ -573,13 +573,13 @@ def test_append_into_a_reused_page_starts_fresh_after_reset(name):
     rows = [torch.full((4, heads, values), 0.75, device=DEVICE) for _ in m.PLANES]
     stale = clone(m, cache)
     m.append(*rows, loc, stale, page)
-    read = m.gather_dequant(stale, loc, page)
+    read = m.gather_dequant(stale, loc, page, **given(m))
     assert not any(r.float().abs().max() > 0 for r in (read if isinstance(read, tuple) else (read,)))
     m.reset_pages(cache, torch.tensor([0], device=DEVICE), page)
     ref = clone(m, cache)
     m.append(*rows, loc, cache, page)
     m.append_ref(*rows, loc, ref, page)
     assert_same_cache(m, cache, ref, f"{name}.append after reset_pages")
-    read = m.gather_dequant(cache, loc, page)
+    read = m.gather_dequant(cache, loc, page, **given(m))
     for r, x in zip(read if isinstance(read, tuple) else (read,), rows, strict=True):
         assert torch.equal(r.float(), x)

@@ -7,8 +7,8 @@ import torch
 from tests import oracle
 from tests.conftest import DEVICE
 from tests.corpus import adversarial_rows, generator, scaled_normal
-from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, module,
-                           pairs, per_plane)
+from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
+                           given_floats, module, pairs, per_plane)
 
 
 def spec_of(name: str) -> oracle.Spec:
@@ -42,12 +42,12 @@ def test_quantize_store_matches_the_oracle(name, src_dtype):
     srcs = [rows(tokens, heads, values, gen, src_dtype) for _ in m.PLANES]
     loc = torch.randperm(num_pages * page, generator=gen)[:tokens]
     loc[:3] = torch.tensor([-1, num_pages * page, m.SINK_SLOT if m.SINK_SLOT is not None else -4])
-    oracle.quantize_store(spec, state, srcs, loc)
+    oracle.quantize_store(spec, state, srcs, loc, given_floats(m, given(m)))
     want = oracle_cache(m, spec, state, cache)
     ref, kernel = clone(m, cache), clone(m, cache)
-    m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), ref, page)
+    m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), ref, page, **given(m))
     assert_same_cache(m, ref, want, f"{name}.quantize_store_ref vs the oracle")
-    m.quantize_store(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), kernel, page)
+    m.quantize_store(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), kernel, page, **given(m))
     assert_same_cache(m, kernel, ref, f"{name}.quantize_store vs its reference")
 
 
@@ -61,10 +61,10 @@ def test_gather_dequant_matches_the_oracle(name, out_dtype):
     cache = fresh_cache(m, num_pages, page, heads, values, gen)      # every code and scale byte
     state = oracle.CacheBytes(spec, cache, page, heads, values)
     ids = torch.randint(-2, num_pages * page + 2, (24,), generator=gen)
-    want = oracle.gather_dequant(spec, state, ids, out_dtype)
+    want = oracle.gather_dequant(spec, state, ids, out_dtype, given_floats(m, given(m)))
     outs = tuple(torch.empty(24, heads, values, dtype=out_dtype, device=DEVICE) for _ in m.PLANES)
-    ref = m.gather_dequant_ref(cache, ids.to(DEVICE), page, out=outs if len(outs) > 1 else outs[0])
-    kernel = m.gather_dequant(cache, ids.to(DEVICE), page)
+    ref = m.gather_dequant_ref(cache, ids.to(DEVICE), page, out=outs if len(outs) > 1 else outs[0], **given(m))
+    kernel = m.gather_dequant(cache, ids.to(DEVICE), page, **given(m))
     for plane, a, b in zip(m.PLANES, per_plane(m, ref), want, strict=True):
         assert_same_bytes(a.cpu(), b, f"{name}.gather_dequant_ref ({plane}) vs the oracle")
     if out_dtype == torch.bfloat16:          # the default output dtype

@@ -389,3 +389,57 @@ try:                     # torchao's MX helpers, where installed: the 128x4 swiz
     from torchao.prototype.mx_formats.utils import to_blocked
 except ImportError:
     to_blocked = None
+
+
+# --- vllm_fp8: vLLM's reshape_and_cache_flash, kv_cache_dtype "fp8" -----------------------------------
+
+def vllm_scaled_convert(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """vLLM's fp8 cache write (csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh, scaled_convert):
+    the input widened to fp32, x / scale in IEEE fp32 division (that file is built without fast
+    math), then __nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3). Division here in float64 on
+    the CPU, rounded to fp32 once: the correctly rounded quotient."""
+    q = (x.float().double() / torch.tensor(scale, dtype=torch.float32).double()).float()
+    return satfinite_e4m3(q)
+
+
+def vllm_flash_cache(x: torch.Tensor, slots: torch.Tensor, cache: torch.Tensor, scale: float) -> torch.Tensor:
+    """reshape_and_cache_flash's placement: slot s of block s // block_size at offset s % block_size
+    of a (num_blocks, block_size, heads, head_size) cache; negative slots skipped."""
+    out = cache.clone()
+    block_size = cache.shape[1]
+    keep = slots >= 0
+    out[slots[keep] // block_size, slots[keep] % block_size] = vllm_scaled_convert(x[keep], scale)
+    return out
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.0371, 3.7, 2.0 ** -100])
+def test_vllm_fp8_is_vllms_reshape_and_cache_flash(scale):
+    """0 mismatches on random and adversarial rows at four per-tensor scales, both planes, through
+    the compat function on vLLM's own uint8 caches (its kv_cache_dtype "fp8" allocation)."""
+    compat = pytest.importorskip("generated.compat.vllm_flash")
+    heads, head_size, blocks, block_size = 2, 128, 20, 16
+    x = peer_rows(head_size, 21)
+    x = x[: x.shape[0] // heads * heads].view(-1, heads, head_size)
+    tokens = min(x.shape[0], blocks * block_size - 8)
+    key, value = x[:tokens], (x[:tokens].float() * -0.75).to(torch.bfloat16)
+    slots = torch.randperm(blocks * block_size, generator=generator(22))[:tokens]
+    slots[::9] = -1
+    caches = [torch.full((blocks, block_size, heads, head_size), 0xA5, dtype=torch.uint8) for _ in range(2)]
+    want = [vllm_flash_cache(key, slots, caches[0], scale), vllm_flash_cache(value, slots, caches[1], 1.0 / 3)]
+    got = [c.to(DEVICE) for c in caches]
+    scales = [torch.tensor([scale], dtype=torch.float32, device=DEVICE),
+              torch.tensor([1.0 / 3], dtype=torch.float32, device=DEVICE)]
+    compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), "fp8", *scales)
+    for plane, a, b in zip("kv", got, want, strict=True):
+        differ = int((a.cpu() != b).sum())
+        assert differ == 0, f"{plane}: {differ} of {b.numel()} bytes differ from vLLM's rule"
+    before = [g.clone() for g in got]
+    for dtype in ("auto", "fp8_e5m2", "fp8_ds_mla"):
+        with pytest.raises(ValueError, match="^kv_cache_dtype: "):
+            compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), dtype,
+                                           *scales)
+    per_head = torch.ones(heads, dtype=torch.float32, device=DEVICE)
+    with pytest.raises(ValueError, match="^k_scale: expected one element"):
+        compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), "fp8",
+                                       per_head, scales[1])
+    assert all(torch.equal(a, b) for a, b in zip(got, before))

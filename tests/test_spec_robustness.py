@@ -151,6 +151,28 @@ SEMANTIC = [
      "mxfp8_v_seqblocked", ["scales.x.group", "packs 2 values per byte", "{values: N}"]),
     ("inline item with a typo", edit(SHIPPED["ds32_mla"], "- {scales: nope}", "- {scale: nope}"), "ds32_mla",
      ["record[1]"]),
+    # call-time (given) scales
+    ("given scale with a computed group", edit(SHIPPED["vllm_fp8"], "group: tensor", "group: {values: 32}"), "vllm_fp8",
+     ["scales.scale", "covers a whole plane", "group: tensor"]),
+    ("tensor group with a rule", edit(SHIPPED["vllm_fp8"], "rule: given", "rule: rceil"), "vllm_fp8",
+     ["scales.scale", "rule is 'given'"]),
+    ("given scale stored as ue8m0", edit(SHIPPED["vllm_fp8"], "format: fp32", "format: ue8m0"), "vllm_fp8",
+     ["scales.scale.format", "float32 tensor"]),
+    ("given scale with an amax floor", edit(SHIPPED["vllm_fp8"], "group: tensor}", "group: tensor, amax_floor: 1.0e-4}"),
+     "vllm_fp8", ["scales.scale.amax_floor", "not computed from amax"]),
+    ("given scale in a buffer", edit(SHIPPED["vllm_fp8"], "- {holds: records, order: [slot, head]}",
+                                     "- {holds: records, order: [slot, head]}\n    - {holds: scale, order: [slot, head, scale]}"),
+     "vllm_fp8", ["'scale' is given at call time", "remove this region"]),
+    ("given scale in the record", edit(SHIPPED["vllm_fp8"], "scale: scale}", "scale: scale}\n  - {scales: scale}"),
+     "vllm_fp8", ["record[1].scales", "given at call time"]),
+    ("given scale for fp4", edit(SHIPPED["vllm_fp8"], "values: any, dtype: fp8_e4m3fn", "values: 64, dtype: fp4_e2m1"),
+     "vllm_fp8", ["scales.scale.group", "two codes per byte"]),
+    ("given scale with a dense op", edit(SHIPPED["vllm_fp8"], "ops: [quantize_store, gather_dequant]",
+                                         "ops: [quantize_store, gather_dequant, quantize]"), "vllm_fp8",
+     ["ops[2]", "'quantize' is not available"]),
+    ("given scale argument clashes", edit(SHIPPED["vllm_fp8"], "planes: [k, v]", "planes: [page, v]").replace(
+        "scale: scale}", "scale: size}").replace("  scale: {format", "  size: {format"), "vllm_fp8",
+     ["scales.size", "page_size"]),
 ]
 
 

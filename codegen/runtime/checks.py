@@ -27,6 +27,7 @@ _PAGE_BYTES_NAMES: tuple = ()
 _WORD_SCALES: tuple | None = None
 _STORE_NAMES: tuple = ()
 _STORE_WRITTEN: tuple = ()
+_GIVEN_SCALES: tuple = ()
 _geometry = _index = _cache_dims = _check_apart = _wait_for_previous = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
@@ -146,8 +147,18 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     return geo, num_pages
 
 
-def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
-    """Checks for the writers: one (T, heads, values) source per plane; returns (3-D sources, geometry, pages)."""
+def _check_given_scales(scales: tuple, device) -> None:
+    """The call-time scales (_GIVEN_SCALES): each a one-element float32 tensor on the op's device
+    (read by the kernel itself, so calls stay CUDA-graph capturable)."""
+    for name, t in zip(_GIVEN_SCALES, scales, strict=True):
+        _check_tensor(name, t, (torch.float32,), None, device)
+        if t.numel() != 1:
+            raise ValueError(f"{name}: expected one element (the plane's scale), got shape {tuple(t.shape)}")
+
+
+def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) -> tuple:
+    """Checks for the writers: one (T, heads, values) source per plane (and the call-time scales);
+    returns (3-D sources, geometry, pages)."""
     first = srcs[0]
     device = first.device if isinstance(first, torch.Tensor) else None
     views = []
@@ -164,7 +175,8 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int) -> tuple:
                          f"{cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
-    tensors = (loc, *views, *cache)
+    _check_given_scales(scales, device)
+    tensors = (loc, *views, *cache, *scales)
     _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
     return tuple(views), geo, num_pages
 

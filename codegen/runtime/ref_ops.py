@@ -59,6 +59,7 @@ class _RefGroup(NamedTuple):
     exponent_hi: int
     tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
 class _RefSegment(NamedTuple):
@@ -79,6 +80,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
+    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
 
     @property
     def columns(self) -> slice:
@@ -150,6 +152,18 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
     return (_ref_pack(codes) if seg.packing == 2 else codes), scale
 
 
+def _ref_given_codes(seg: _RefSegment, rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """rows (..., seg.values) divided by a call-time fp32 scale (correctly rounded, as a float64
+    quotient of two fp32 values rounded to fp32 is) -> the segment's codes."""
+    q = (rows.to(torch.float32).to(torch.float64) / scale.to(torch.float64).reshape(())).to(torch.float32)
+    return _ref_encode(q, seg.code)
+
+
+def _ref_given_scale(seg: _RefSegment, scales: tuple, plane: int) -> torch.Tensor:
+    """A given segment's call-time scale for one plane: scales are plane-major, then by group."""
+    return scales[plane * (len(scales) // len(PLANES)) + seg.given_index].reshape(())
+
+
 def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
     """A segment's bytes (..., seg.nbytes) as fp32 code values (..., seg.values)."""
     return _ref_decode(_ref_unpack(stored) if seg.packing == 2 else stored, seg.code)
@@ -187,9 +201,9 @@ def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.
     return first + entry // seg.scale_split * seg.scale_stride + entry % seg.scale_split * seg.scale_lo
 
 
-def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
+def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
     page_size = _index(page_size, "page_size")
-    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size, scales)
     G = SimpleNamespace(**geo)
     loc = loc.to(torch.int64)
     token = _ref_written(loc, num_pages, page_size).nonzero().flatten()
@@ -204,15 +218,19 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -
                 raw = _ref_cast(x[..., seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
                 records[_ref_segment_bytes(seg, rec_row)] = raw
                 continue
+            if seg.group.given:
+                records[_ref_segment_bytes(seg, rec_row)] = _ref_given_codes(seg, x[..., seg.columns],
+                                                                             _ref_given_scale(seg, scales, plane))
+                continue
             codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                              _ref_scale_addresses(seg, G, page, slot, head, block), scale)
 
 
-def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
+def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, scales: tuple = ()):
     page_size = _index(page_size, "page_size")
-    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
+    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, scales)
     G = SimpleNamespace(**geo)
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
@@ -227,9 +245,12 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out):
                 o[..., seg.columns] = _ref_cast(raw, o.dtype, computed=False)
                 continue
             codes = records[_ref_segment_bytes(seg, rec_row)]
-            scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
-                                    _ref_scale_addresses(seg, G, page, slot, head, block))
-            x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+            if seg.group.given:
+                x = _ref_codes(seg, codes) * _ref_given_scale(seg, scales, plane)
+            else:
+                scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
+                                        _ref_scale_addresses(seg, G, page, slot, head, block))
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 

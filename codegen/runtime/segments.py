@@ -180,6 +180,41 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
 
 
 @triton.jit
+def _quantize_given_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, scale,
+                            TILES: tl.constexpr, CHUNK: tl.constexpr, VALUE_OFFSET: tl.constexpr,
+                            BYTE_OFFSET: tl.constexpr, ENCODE: tl.constexpr):
+    """TILES values of each row (from value VALUE_OFFSET) divided by the call's fp32 `scale` (one
+    for the plane, correctly rounded) -> codes at record byte BYTE_OFFSET, CHUNK values at a time.
+    ENCODE(fp32) -> codes; nothing else is stored."""
+    lane = tl.arange(0, CHUNK)
+    for first in range(0, TILES, CHUNK):
+        index = first + lane
+        in_segment = (index < TILES)[None, :]
+        x = tl.load(x_ptr + x_row[:, None] + (VALUE_OFFSET + index)[None, :], mask=row_in[:, None] & in_segment, other=0.0)
+        q = tl.math.div_rn(_convert(x, tl.float32), tl.full(x.shape, 1.0, tl.float32) * scale)
+        tl.store(rec_ptr + rec_row[:, None] + (BYTE_OFFSET + index)[None, :], ENCODE(q), mask=row_ok[:, None] & in_segment)
+
+
+@triton.jit
+def _dequantize_given_segment(rec_ptr, rec_row, scale, row_ok, out_ptr, out_row, out_ok,
+                              TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
+                              VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr):
+    """Codes at record byte BYTE_OFFSET times the call's fp32 `scale` -> TILES out values from
+    VALUE_OFFSET (rows not row_ok read as 0), CHUNK values at a time."""
+    lane = tl.arange(0, CHUNK)
+    for first in range(0, TILES, CHUNK):
+        index = first + lane
+        in_segment = (index < TILES)[None, :]
+        read = row_ok[:, None] & in_segment
+        codes = tl.load(rec_ptr + rec_row[:, None] + (BYTE_OFFSET + index)[None, :], mask=read, other=0)
+        x = tl.where(read, DECODE(codes) * scale, 0.0)   # rows not read are +0 whatever the scale's sign
+        if CANON_NAN:
+            x = _canonical_nan(x)
+        tl.store(out_ptr + out_row[:, None] + (VALUE_OFFSET + index)[None, :], _convert(x, out_ptr.dtype.element_ty),
+                 mask=out_ok[:, None] & in_segment)
+
+
+@triton.jit
 def _store_raw_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row,
                        WIDTH: tl.constexpr, LANES: tl.constexpr, VALUE_OFFSET: tl.constexpr,
                        BYTE_OFFSET: tl.constexpr, DTYPE: tl.constexpr):

@@ -4,4 +4,5 @@
   sglang_dsv4
   sglang_mxfp8
   vllm_ds32
+  vllm_flash
 """
