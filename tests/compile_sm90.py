@@ -29,7 +29,7 @@ from tests.layouts import LAYOUTS, module  # noqa: E402
 
 def given(m) -> dict:
     """The call-time scale arguments of a module's ops (none for most layouts)."""
-    return {name: torch.tensor([0.5]) for name in m._GIVEN_SCALES}
+    return {name: torch.tensor([0.5]) for name in getattr(m, "_GIVEN_SCALES", ())}
 
 TARGET = GPUTarget("cuda", 90, 32)
 LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg", "launch_pdl"}   # launch keywords that are not kernel arguments

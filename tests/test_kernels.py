@@ -490,6 +490,7 @@ def test_chained_calls_see_each_other(name, monkeypatch):
     write, write_ref = ((m.quantize_store, m.quantize_store_ref) if "quantize_store" in m.OPS
                         else (m.append, m.append_ref))
     start = fresh_cache(m, num_pages, page, heads, values, gen)
+    scales = given(m)                              # made before the graph capture (a copy to the device)
 
     def as_tuple(x):
         return tuple(per_plane(m, x))
@@ -498,8 +499,8 @@ def test_chained_calls_see_each_other(name, monkeypatch):
     cache_ref = clone(m, start)
     want = []
     for i in range(steps):
-        write_ref(*rows[i], locs[i], cache_ref, page)
-        want.append(as_tuple(m.gather_dequant_ref(cache_ref, locs[i], page, **given(m))))
+        write_ref(*rows[i], locs[i], cache_ref, page, **scales)
+        want.append(as_tuple(m.gather_dequant_ref(cache_ref, locs[i], page, **scales)))
         if "quantize" in m.OPS:
             want[-1] += (m.dequantize_ref(*m.quantize_ref(dense[i])),)
 
@@ -508,11 +509,11 @@ def test_chained_calls_see_each_other(name, monkeypatch):
 
     def chain(first_call: bool):
         for i in range(steps):
-            write(*rows[i], locs[i], cache, page, pdl=True)
+            write(*rows[i], locs[i], cache, page, pdl=True, **scales)
             if first_call:
-                gathered.append(m.gather_dequant(cache, locs[i], page, pdl=True, **given(m)))
+                gathered.append(m.gather_dequant(cache, locs[i], page, pdl=True, **scales))
             else:
-                m.gather_dequant(cache, locs[i], page, out=gathered[i], pdl=True, **given(m))
+                m.gather_dequant(cache, locs[i], page, out=gathered[i], pdl=True, **scales)
             if "quantize" in m.OPS:
                 back = m.dequantize(*m.quantize(dense[i], pdl=True), pdl=True)
                 if first_call:
