@@ -21,8 +21,12 @@ OPS_BY_SCALE_KIND = {
     "tensor": ("gather_dequant", "quantize_store"),
     None: ("gather_dequant", "quantize_store"),
 }
-# Parameters of the cache ops, which a given scale's argument name (<plane>_<group>) must not take.
+# Parameters and local names of the cache ops' host functions, which a given scale's argument name
+# (<plane>_<group>) must not take; its kernel parameter <name>_ptr must not take another's either.
 OP_PARAMETERS = ("cache", "token_ids", "page_size", "out", "loc", "pdl")
+OP_LOCALS = ("given", "tensors", "key", "pointers", "plan", "outs", "geo", "num_pages", "n_tokens", "num_slots",
+             "lanes", "launch", "group", "grid", "args", "constexprs", "srcs", "heads", "values", "token_ids",
+             "x", "torch", "triton", "tl")
 COORDS_BY_HOLDING = {"records": ("slot", "head"), "values": ("slot", "head", "scale"), "tokens": ("block", "head", "dim")}
 
 
@@ -92,11 +96,16 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     if len({g.kind for g in groups.values()}) > 1:
         raise SpecError(tree.value_mark("scales"), "scales: a layout cannot mix {values: N}, {tokens: N} and tensor "
                         "groups", "split it into two layouts")
+    planes = tuple(tree["planes"])
+    # names the kernels give their pointer parameters (<name>_ptr): planes, their outputs, cache fields
+    pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(f"{p}_{b}" for p in planes for b in tree["buffers"])
     for name, g in groups.items():
-        for plane in tree["planes"] if g.kind == "tensor" else ():
-            if f"{plane}_{name}" in OP_PARAMETERS + tuple(tree["planes"]):
+        for plane in planes if g.kind == "tensor" else ():
+            argument = f"{plane}_{name}"
+            if argument in OP_PARAMETERS + OP_LOCALS + pointers or argument.startswith(tuple(f"{p}_stride" for p in planes)):
                 raise SpecError(tree["scales"].key_mark(name), f"scales.{name}: plane {plane!r}'s scale argument "
-                                f"would be named {plane}_{name}, which the ops already use", "rename the scale group")
+                                f"would be named {argument}, which the generated ops already use",
+                                "rename the scale group")
     if any(g.kind == "tokens" for g in groups.values()) and len(segments) != 1:
         raise SpecError(tree.value_mark("record"), "record: a {tokens: N} scale group needs a one-segment record",
                         "drop the other segments")
@@ -577,10 +586,6 @@ def _check_placement(tree, buffers, groups):
                 raise SpecError(tree["buffers"][b.name].item_mark(i), f"buffers.{b.name}[{i}]: {r.holds!r} is already "
                                 f"placed in buffer {placed[r.holds]!r}", "place each of records and scale groups once")
             placed[r.holds] = b.name
-    for name, g in groups.items():
-        if g.kind == "tensor" and name in placed:
-            raise SpecError(tree.value_mark("buffers"), f"buffers: {name!r} is given at call time, so the cache holds "
-                            "none of it", f"remove the region holding {name}")
     for need in ("records", *(name for name, g in groups.items() if g.kind != "tensor")):
         if need not in placed:
             raise SpecError(tree.value_mark("buffers"), f"buffers: {need!r} is not placed in any buffer",

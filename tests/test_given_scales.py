@@ -107,6 +107,11 @@ def test_scale_arguments_are_checked_before_launch(name):
     aliased = cache[0].view(-1).view(torch.uint8)[:4].view(torch.float32)
     raises(f"cache.{m.Cache._fields[0]}: overlaps {first}", m.quantize_store, *[x] * len(m.PLANES), loc, cache, page,
            **{**good, first: aliased})
+    # and one inside an output the gather writes
+    outs = tuple(torch.empty(3, heads, values, dtype=torch.float32, device=DEVICE) for _ in m.PLANES)
+    inside = outs[0].view(-1)[:1]
+    raises(r"out( \(\w+\))?: overlaps " + first, m.gather_dequant, cache, loc, page, **{**good, first: inside},
+           out=outs if len(outs) > 1 else outs[0])
     with pytest.raises(TypeError):
         m.quantize_store(*[x] * len(m.PLANES), loc, cache, page)   # the scales have no default
     assert_same_cache(m, cache, before, "refused calls")

@@ -425,10 +425,11 @@ def test_vllm_fp8_is_vllms_reshape_and_cache_flash(scale):
     slots = torch.randperm(blocks * block_size, generator=generator(22))[:tokens]
     slots[::9] = -1
     caches = [torch.full((blocks, block_size, heads, head_size), 0xA5, dtype=torch.uint8) for _ in range(2)]
-    want = [vllm_flash_cache(key, slots, caches[0], scale), vllm_flash_cache(value, slots, caches[1], 1.0 / 3)]
+    v_scale = 1.0 / 3 if scale == 1.0 else 1.0 / scale       # V's scale varies too
+    want = [vllm_flash_cache(key, slots, caches[0], scale), vllm_flash_cache(value, slots, caches[1], v_scale)]
     got = [c.to(DEVICE) for c in caches]
     scales = [torch.tensor([scale], dtype=torch.float32, device=DEVICE),
-              torch.tensor([1.0 / 3], dtype=torch.float32, device=DEVICE)]
+              torch.tensor([v_scale], dtype=torch.float32, device=DEVICE)]
     compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), "fp8", *scales)
     for plane, a, b in zip("kv", got, want, strict=True):
         differ = int((a.cpu() != b).sum())

@@ -173,6 +173,13 @@ SEMANTIC = [
     ("given scale argument clashes", edit(SHIPPED["vllm_fp8"], "planes: [k, v]", "planes: [page, v]").replace(
         "scale: scale}", "scale: size}").replace("  scale: {format", "  size: {format"), "vllm_fp8",
      ["scales.size", "page_size"]),
+    ("given scale named as a cache field", edit(SHIPPED["vllm_fp8"], "scale: scale}", "scale: cache}").replace(
+        "  scale: {format", "  cache: {format"), "vllm_fp8", ["scales.cache", "k_cache"]),
+    ("given scale named as an output", edit(SHIPPED["vllm_fp8"], "scale: scale}", "scale: out}").replace(
+        "  scale: {format", "  out: {format"), "vllm_fp8", ["scales.out", "k_out"]),
+    ("given scale named as a local", edit(SHIPPED["vllm_fp8"], "planes: [k, v]", "planes: [n, v]").replace(
+        "scale: scale}", "scale: tokens}").replace("  scale: {format", "  tokens: {format"), "vllm_fp8",
+     ["scales.tokens", "n_tokens"]),
 ]
 
 
