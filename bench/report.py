@@ -35,7 +35,7 @@ MISSES = [
     "mxfp8_kv_128x4 quantize_store with random slots (69%, a first version): random slots as for mxfp8_kv "
     "(74%; a plain scatter of MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are "
     "4-byte runs 512 bytes apart (one per 128 values), not one run, which the scatter ceiling did not model.",
-    "vllm_fp8 quantize_store at 131072 tokens (79.5%): the correctly rounded x / scale (div.rn.f32, vLLM's "
+    "vllm_fp8 quantize_store at 131072 tokens (79.5 / 79.1%): the correctly rounded x / scale (div.rn.f32, vLLM's "
     "rule) calls a slow-path subroutine; at 32 values per thread (84% in a launch-shape sweep) that call spills "
     "8 bytes under Triton 3.9, so the spec takes 16 per thread (elements 1024, 2 warps).",
     "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (55-69%): "

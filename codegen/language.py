@@ -67,8 +67,8 @@ SCALE_GROUP = Obj(title="a scale group", fields={
                                                                           "(seq-blocked V)")}),
         Str(enum=("tensor",)),
     )), "what one scale covers; 'tensor': the whole plane, one fp32 scale given at call time (rule: given) as a "
-        "one-element float32 tensor <plane>_<group> (vLLM's k_scale, v_scale), so calls stay CUDA-graph capturable; "
-        "codes are value / scale, values code * scale; no cache bytes"),
+        "float32 tensor <plane>_<group> of one element, or one per head (vLLM's k_scale, v_scale), so calls stay "
+        "CUDA-graph capturable; codes are value / scale, values code * scale; no cache bytes"),
     "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
                         "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
                         "exp2 of -127 gives (DSv4 seed)",

@@ -299,6 +299,11 @@ class Layout:
         """(argument name, plane, group) of each call-time scale, plane-major: the ops' extra tensors."""
         return tuple((f"{p}_{g.name}", p, g) for p in self.planes for g in self.scales if g.given)
 
+    @property
+    def given_steps(self) -> tuple:
+        """The constexpr names of the call-time scales' head steps (1: one scale per head, 0: one)."""
+        return tuple(f"{name.upper()}_STEP" for name, _, _ in self.given_scales)
+
     def given_index(self, group: ScaleGroup) -> int:
         """A given group's place among the layout's given groups (its scale within a plane's)."""
         return [g.name for g in self.scales if g.given].index(group.name)

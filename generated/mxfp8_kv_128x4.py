@@ -259,13 +259,17 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     return geo, num_pages
 
 
-def _check_given_scales(scales: tuple, device) -> None:
-    """The call-time scales (_GIVEN_SCALES): each a one-element float32 tensor on the op's device
-    (read by the kernel itself, so calls stay CUDA-graph capturable)."""
+def _check_given_scales(scales: tuple, device, heads: int) -> None:
+    """The call-time scales (_GIVEN_SCALES): each a float32 tensor on the op's device (read by the
+    kernel itself, so calls stay CUDA-graph capturable) of one element (the plane's scale) or, as
+    vLLM's per-head scales, `heads` contiguous ones."""
     for name, t in zip(_GIVEN_SCALES, scales, strict=True):
         _check_tensor(name, t, (torch.float32,), None, device)
-        if t.numel() != 1:
-            raise ValueError(f"{name}: expected one element (the plane's scale), got shape {tuple(t.shape)}")
+        if t.numel() not in (1, heads):
+            raise ValueError(f"{name}: expected one element (the plane's scale) or {heads} (one per head), got shape "
+                             f"{tuple(t.shape)}")
+        if t.numel() > 1 and not t.is_contiguous():
+            raise ValueError(f"{name}: one scale per head must be contiguous, got strides {tuple(t.stride())}")
 
 
 def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) -> tuple:
@@ -287,7 +291,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
                          f"{cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
-    _check_given_scales(scales, device)
+    _check_given_scales(scales, device, heads)
     tensors = (loc, *views, *cache, *scales)
     _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
     return tuple(views), geo, num_pages
@@ -1123,7 +1127,8 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
         launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache)
-        _launch(_quantize_store_kernel, grid, args, dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo), plan, tensors)
+        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo)
+        _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan)
 
 

@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.layouts import LAYOUTS, module  # noqa: E402
 
 
-def given(m) -> dict:
-    """The call-time scale arguments of a module's ops (none for most layouts)."""
-    return {name: torch.tensor([0.5]) for name in getattr(m, "_GIVEN_SCALES", ())}
+def given(m, heads: int) -> dict:
+    """The call-time scale arguments of a module's ops (none for most layouts): the first one per
+    head, the others one per plane, so both kernel variants compile."""
+    return {name: torch.full((heads if i == 0 else 1,), 0.5) for i, name in enumerate(getattr(m, "_GIVEN_SCALES", ()))}
 
 TARGET = GPUTarget("cuda", 90, 32)
 LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg", "launch_pdl"}   # launch keywords that are not kernel arguments
@@ -108,7 +109,7 @@ def calls_for(m, heads, values, page):
     x = torch.randn(tokens, heads, values, dtype=torch.bfloat16)
     loc = torch.arange(tokens)
     if "quantize_store" in m.OPS:
-        m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m))
+        m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m, heads))
     m.reset_pages(cache, torch.arange(3), page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
@@ -141,9 +142,9 @@ def calls_for(m, heads, values, page):
         m.LAUNCH = chained if cap else saved[2]
         try:
             if cap and "quantize_store" in m.OPS:
-                m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m))
+                m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m, heads))
             if "gather_dequant" in m.OPS:
-                m.gather_dequant(cache, loc, page, **given(m))
+                m.gather_dequant(cache, loc, page, **given(m, heads))
             if "quantize" in m.OPS:
                 data, scale = m.quantize_ref(x)
                 m.quantize(x)

@@ -48,8 +48,8 @@ def given(m, values=GIVEN_VALUES) -> dict:
 
 
 def given_floats(m, scales: dict) -> dict:
-    """The same scales as Python floats (for the oracle)."""
-    return {name: float(t.item()) for name, t in scales.items()}
+    """The same scales as Python floats, a list of them for per-head scales (for the oracle)."""
+    return {name: float(t.item()) if t.numel() == 1 else [float(v) for v in t.cpu()] for name, t in scales.items()}
 
 
 class KernelStub:

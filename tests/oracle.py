@@ -371,6 +371,12 @@ def _segment_offsets(spec: Spec, values: int):
         b += spec.item_bytes(item, values)
 
 
+def given_scale(given: dict, plane: str, group: str, head: int) -> float:
+    """A call-time scale by argument name <plane>_<group>: one float for the plane, or a list per head."""
+    scale = given[f"{plane}_{group}"]
+    return scale[head] if isinstance(scale, list) else scale
+
+
 def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None = None) -> None:
     """The writers' bytes: each valid slot's record and scales, token by token (docs/numerics.md).
     given: the call-time scales by argument name, <plane>_<group> (value / scale, correctly rounded)."""
@@ -394,7 +400,7 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None 
                     kind, size = spec.group_of(name)
                     if kind == "tensor":
                         with np.errstate(all="ignore"):
-                            q = (x32[first:first + n].astype(np.float64) / given[f"{plane}_{name}"]).astype(np.float32)
+                            q = (x32[first:first + n].astype(np.float64) / given_scale(given, plane, name, head)).astype(np.float32)
                         state.write(plane, "records", page_id, where, pack(fmt, encode(fmt, q)), skip=byte)
                         continue
                     for j in range(n // size):
@@ -451,7 +457,7 @@ def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16, giv
                     codes = unpack(fmt, state.read(plane, "records", page_id, where, n // packing(fmt), skip=byte))
                     kind, size = spec.group_of(name)
                     if kind == "tensor":
-                        scale = np.full(n, given[f"{plane}_{name}"])
+                        scale = np.full(n, given_scale(given, plane, name, head))
                     elif kind == "values":
                         nb = spec.scale_bytes(name)
                         scale = np.repeat([spec.scale_value(name, bytes(state.read(

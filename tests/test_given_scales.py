@@ -1,6 +1,7 @@
 """Call-time scales (scale groups with `group: tensor`, vLLM's k_scale / v_scale): kernel, reference
 and oracle agree bit for bit on adversarial rows and on every stored code, whatever the scale
-(normal, subnormal, huge, zero, negative, infinite, NaN), and the scale arguments are checked."""
+(normal, subnormal, huge, zero, negative, infinite, NaN; one for the plane or one per head), and the
+scale arguments are checked."""
 import math
 
 import pytest
@@ -23,9 +24,13 @@ def spec_of(name: str) -> oracle.Spec:
     return oracle.Spec((ROOT / "specs" if name in SPECS else ROOT / "tests" / "specs") / f"{name}.yaml")
 
 
-def scales_for(m, value: float) -> dict:
-    """Every call-time scale of the module: `value` for the first, 1.5 for the others."""
-    return given(m, (value, 1.5))
+def scales_for(m, value, heads: int = 1) -> dict:
+    """Every call-time scale of the module: `value` for the first, 1.5 for the others; value "heads":
+    one scale per head instead, each of SCALES in turn from a head-dependent start, for every plane."""
+    if value != "heads":
+        return given(m, (value, 1.5))
+    return {name: torch.tensor([SCALES[(h + 3 * i) % len(SCALES)] for h in range(heads)], dtype=torch.float32,
+                               device=DEVICE) for i, name in enumerate(m._GIVEN_SCALES)}
 
 
 @pytest.mark.parametrize("name", GIVEN)
@@ -41,8 +46,8 @@ def test_quantize_store_is_exact_for_every_scale(name):
     loc[:2] = torch.tensor([-1, num_pages * page])
     srcs = [x.to(torch.bfloat16)] + [(x * -3.0).to(torch.bfloat16) for _ in m.PLANES[1:]]
     cache = fresh_cache(m, num_pages, page, heads, values, gen)    # unwritten bytes stay random
-    for value in SCALES:
-        scales = scales_for(m, value)
+    for value in SCALES + ("heads",):
+        scales = scales_for(m, value, heads)
         state = oracle.CacheBytes(spec, cache, page, heads, values)
         oracle.quantize_store(spec, state, srcs, loc, given_floats(m, scales))
         want = m.Cache(*(t.to(DEVICE) for t in state.tensors(cache)))
@@ -64,8 +69,8 @@ def test_gather_dequant_is_exact_for_every_scale(name, out_dtype):
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     state = oracle.CacheBytes(spec, cache, page, heads, values)
     ids = torch.cat([torch.arange(-2, num_pages * page + 2)])
-    for value in SCALES:
-        scales = scales_for(m, value)
+    for value in SCALES + ("heads",):
+        scales = scales_for(m, value, heads)
         want = oracle.gather_dequant(spec, state, ids, out_dtype, given_floats(m, scales))
         outs = tuple(torch.full((ids.numel(), heads, values), 7.0, dtype=out_dtype, device=DEVICE) for _ in m.PLANES)
         kernel_outs = tuple(torch.full_like(o, -5.0) for o in outs)        # poisoned
@@ -95,7 +100,8 @@ def test_scale_arguments_are_checked_before_launch(name):
     first = m._GIVEN_SCALES[0]
     good = given(m)
     bad = [(1.0, "expected a torch.Tensor"), (torch.tensor([1.0], dtype=torch.float64, device=DEVICE), "dtype"),
-           (torch.ones(2, device=DEVICE), "expected one element"), (torch.ones(0, device=DEVICE), "expected one element"),
+           (torch.ones(heads + 1, device=DEVICE), "expected one element"), (torch.ones(0, device=DEVICE), "expected one element"),
+           (torch.ones(2 * heads, device=DEVICE)[::2], "must be contiguous"),
            (torch.empty(1, device="meta"), "meta tensor")]
     for value, words in bad:
         scales = {**good, first: value}

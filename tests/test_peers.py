@@ -393,18 +393,20 @@ except ImportError:
 
 # --- vllm_fp8: vLLM's reshape_and_cache_flash, kv_cache_dtype "fp8" -----------------------------------
 
-def vllm_scaled_convert(x: torch.Tensor, scale: float) -> torch.Tensor:
+def vllm_scaled_convert(x: torch.Tensor, scale) -> torch.Tensor:
     """vLLM's fp8 cache write (csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh, scaled_convert):
     the input widened to fp32, x / scale in IEEE fp32 division (that file is built without fast
     math), then __nv_cvt_float_to_fp8(..., __NV_SATFINITE, __NV_E4M3). Division here in float64 on
     the CPU, rounded to fp32 once: the correctly rounded quotient."""
-    q = (x.float().double() / torch.tensor(scale, dtype=torch.float32).double()).float()
+    scale = torch.tensor(scale, dtype=torch.float32).double()
+    q = (x.float().double() / (scale[:, None] if scale.dim() else scale)).float()   # per head: k_scale[head]
     return satfinite_e4m3(q)
 
 
-def vllm_flash_cache(x: torch.Tensor, slots: torch.Tensor, cache: torch.Tensor, scale: float) -> torch.Tensor:
+def vllm_flash_cache(x: torch.Tensor, slots: torch.Tensor, cache: torch.Tensor, scale) -> torch.Tensor:
     """reshape_and_cache_flash's placement: slot s of block s // block_size at offset s % block_size
-    of a (num_blocks, block_size, heads, head_size) cache; negative slots skipped."""
+    of a (num_blocks, block_size, heads, head_size) cache; negative slots skipped. scale: a float, or
+    a list of one per head (vLLM's [num_heads] scales, k_scale[head * kv_scale_stride])."""
     out = cache.clone()
     block_size = cache.shape[1]
     keep = slots >= 0
@@ -412,10 +414,11 @@ def vllm_flash_cache(x: torch.Tensor, slots: torch.Tensor, cache: torch.Tensor, 
     return out
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.0371, 3.7, 2.0 ** -100])
+@pytest.mark.parametrize("scale", [1.0, 0.0371, 3.7, 2.0 ** -100, [0.0371, 5.0]], ids=str)
 def test_vllm_fp8_is_vllms_reshape_and_cache_flash(scale):
-    """0 mismatches on random and adversarial rows at four per-tensor scales, both planes, through
-    the compat function on vLLM's own uint8 caches (its kv_cache_dtype "fp8" allocation)."""
+    """0 mismatches on random and adversarial rows at four per-tensor scales and one per-head pair,
+    both planes, through the compat function on vLLM's own uint8 caches (its kv_cache_dtype "fp8"
+    allocation)."""
     compat = pytest.importorskip("generated.compat.vllm_flash")
     heads, head_size, blocks, block_size = 2, 128, 20, 16
     x = peer_rows(head_size, 21)
@@ -425,11 +428,10 @@ def test_vllm_fp8_is_vllms_reshape_and_cache_flash(scale):
     slots = torch.randperm(blocks * block_size, generator=generator(22))[:tokens]
     slots[::9] = -1
     caches = [torch.full((blocks, block_size, heads, head_size), 0xA5, dtype=torch.uint8) for _ in range(2)]
-    v_scale = 1.0 / 3 if scale == 1.0 else 1.0 / scale       # V's scale varies too
+    v_scale = 1.0 / 3 if scale == 1.0 else [1 / s for s in scale] if isinstance(scale, list) else 1.0 / scale
     want = [vllm_flash_cache(key, slots, caches[0], scale), vllm_flash_cache(value, slots, caches[1], v_scale)]
     got = [c.to(DEVICE) for c in caches]
-    scales = [torch.tensor([scale], dtype=torch.float32, device=DEVICE),
-              torch.tensor([v_scale], dtype=torch.float32, device=DEVICE)]
+    scales = [torch.tensor(s if isinstance(s, list) else [s], dtype=torch.float32, device=DEVICE) for s in (scale, v_scale)]
     compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), "fp8", *scales)
     for plane, a, b in zip("kv", got, want, strict=True):
         differ = int((a.cpu() != b).sum())
@@ -439,8 +441,8 @@ def test_vllm_fp8_is_vllms_reshape_and_cache_flash(scale):
         with pytest.raises(ValueError, match="^kv_cache_dtype: "):
             compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), dtype,
                                            *scales)
-    per_head = torch.ones(heads, dtype=torch.float32, device=DEVICE)
+    three = torch.ones(heads + 1, dtype=torch.float32, device=DEVICE)
     with pytest.raises(ValueError, match="^k_scale: expected one element"):
         compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), "fp8",
-                                       per_head, scales[1])
+                                       three, scales[1])
     assert all(torch.equal(a, b) for a, b in zip(got, before))

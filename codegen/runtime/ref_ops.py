@@ -155,13 +155,15 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
 def _ref_given_codes(seg: _RefSegment, rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """rows (..., seg.values) divided by a call-time fp32 scale (correctly rounded, as a float64
     quotient of two fp32 values rounded to fp32 is) -> the segment's codes."""
-    q = (rows.to(torch.float32).to(torch.float64) / scale.to(torch.float64).reshape(())).to(torch.float32)
+    q = (rows.to(torch.float32).to(torch.float64) / scale.to(torch.float64)).to(torch.float32)
     return _ref_encode(q, seg.code)
 
 
 def _ref_given_scale(seg: _RefSegment, scales: tuple, plane: int) -> torch.Tensor:
-    """A given segment's call-time scale for one plane: scales are plane-major, then by group."""
-    return scales[plane * (len(scales) // len(PLANES)) + seg.given_index].reshape(())
+    """A given segment's call-time scale for one plane (scales are plane-major, then by group), shaped
+    to multiply (tokens, heads, values) rows: one for the plane, or one per head."""
+    scale = scales[plane * (len(scales) // len(PLANES)) + seg.given_index].reshape(-1)
+    return scale[:, None] if scale.numel() > 1 else scale.reshape(())
 
 
 def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
