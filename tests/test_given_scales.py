@@ -46,14 +46,20 @@ def test_quantize_store_is_exact_for_every_scale(name):
     loc[:2] = torch.tensor([-1, num_pages * page])
     srcs = [x.to(torch.bfloat16)] + [(x * -3.0).to(torch.bfloat16) for _ in m.PLANES[1:]]
     cache = fresh_cache(m, num_pages, page, heads, values, gen)    # unwritten bytes stay random
+    # The naive oracle is slow: it checks every token at two scales, and at the others every eighth
+    # token and the special rows at the end (the other tokens' slots are skipped, -1, for both).
+    sample = torch.where((torch.arange(tokens) % 8 == 0) | (torch.arange(tokens) >= tokens - 16), loc, -1)
     for value in SCALES + ("heads",):
         scales = scales_for(m, value, heads)
+        oracle_loc = loc if value in (0.0371, "heads") else sample
         state = oracle.CacheBytes(spec, cache, page, heads, values)
-        oracle.quantize_store(spec, state, srcs, loc, given_floats(m, scales))
+        oracle.quantize_store(spec, state, srcs, oracle_loc, given_floats(m, scales))
         want = m.Cache(*(t.to(DEVICE) for t in state.tensors(cache)))
         ref, kernel = clone(m, cache), clone(m, cache)
-        m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), ref, page, **scales)
+        m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), oracle_loc.to(DEVICE), ref, page, **scales)
         assert_same_cache(m, ref, want, f"{name}.quantize_store_ref, scale {value}, vs the oracle")
+        ref = clone(m, cache)
+        m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), ref, page, **scales)
         m.quantize_store(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), kernel, page, **scales)
         assert_same_cache(m, kernel, ref, f"{name}.quantize_store, scale {value}, vs its reference")
 
