@@ -25,8 +25,7 @@ OPS_BY_SCALE_KIND = {
 # (<plane>_<group>) must not take; its kernel parameter <name>_ptr must not take another's either.
 OP_PARAMETERS = ("cache", "token_ids", "page_size", "out", "loc", "pdl")
 OP_LOCALS = ("given", "tensors", "key", "pointers", "plan", "outs", "geo", "num_pages", "n_tokens", "num_slots",
-             "lanes", "launch", "group", "grid", "args", "constexprs", "srcs", "heads", "values", "token_ids",
-             "x", "torch", "triton", "tl")
+             "lanes", "launch", "group", "grid", "args", "constexprs", "srcs", "heads", "values")
 COORDS_BY_HOLDING = {"records": ("slot", "head"), "values": ("slot", "head", "scale"), "tokens": ("block", "head", "dim")}
 
 

@@ -25,6 +25,10 @@ def default_sizes(layout: Layout) -> dict:
     return sizes
 
 
+# How often a call-time scale (group: tensor) occurs.
+_GIVEN_PER = "one per plane or per head, given at call time"
+
+
 def explain(layout: Layout, sizes: dict) -> str:
     env = dict(sizes)
     ev = _ev(layout, env)
@@ -43,7 +47,7 @@ def explain(layout: Layout, sizes: dict) -> str:
         if s.quantized:
             g = s.scale
             per = {"values": f"one per {g.size} values", "tokens": f"one per {g.size} slots per value index",
-                   "tensor": "one per plane or per head, given at call time"}[g.kind]
+                   "tensor": _GIVEN_PER}[g.kind]
             scale = f"  scales: {g.name} ({g.format.name}, {g.rule}, {per})"
         lines.append(f"  bytes [{start:>5}, {end:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
                      f"values [{v0}, {v0 + nv}){scale}")
@@ -219,7 +223,7 @@ def svg(layout: Layout, sizes: dict) -> str:
             if p["scales"]:
                 g = groups[p["scales"]]
                 kind, size = next(iter(g["group"].items()))
-                per = "one per plane or per head, given at call time" if kind == "tensor" else f"one per {size} {kind}"
+                per = _GIVEN_PER if kind == "tensor" else f"one per {size} {kind}"
                 note += f", scaled by {g['name']} ({g['format']}, {g['rule']}, {per})"
             cells.append((p["start"], p["end"], _segment_colour(p["dtype"]), f"{p['name']} {p['dtype']}", note))
         elif p["kind"] == "scales":

@@ -300,9 +300,18 @@ class Layout:
         return tuple((f"{p}_{g.name}", p, g) for p in self.planes for g in self.scales if g.given)
 
     @property
+    def given_names(self) -> tuple:
+        """The call-time scales' argument names, in the ops' order (k_scale, v_scale, ...)."""
+        return tuple(name for name, _, _ in self.given_scales)
+
+    @staticmethod
+    def given_step(plane: str, group: ScaleGroup) -> str:
+        """The constexpr name of one call-time scale's head step (1: one scale per head, 0: one)."""
+        return f"{plane}_{group.name}".upper() + "_STEP"
+
+    @property
     def given_steps(self) -> tuple:
-        """The constexpr names of the call-time scales' head steps (1: one scale per head, 0: one)."""
-        return tuple(f"{name.upper()}_STEP" for name, _, _ in self.given_scales)
+        return tuple(self.given_step(p, g) for _, p, g in self.given_scales)
 
     def given_index(self, group: ScaleGroup) -> int:
         """A given group's place among the layout's given groups (its scale within a plane's)."""

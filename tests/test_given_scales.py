@@ -13,7 +13,7 @@ from tests.corpus import adversarial_rows, generator, random_bytes
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, clone, dims, fresh_cache, given,
                            given_floats, module, pairs, per_plane)
 
-GIVEN = [name for name in ("vllm_fp8", "zoo_given_e5m2")]
+GIVEN = ["vllm_fp8", "zoo_given_e5m2"]
 # Scales a caller may pass: inexact quotients, fp32's smallest normal and subnormal (quotients
 # overflow and saturate), the largest finite, 0 (x / 0 = +-inf saturates, 0 / 0 is NaN), a negative
 # scale (signs flip), inf (quotients 0 or NaN) and NaN.
@@ -74,7 +74,7 @@ def test_gather_dequant_is_exact_for_every_scale(name, out_dtype):
     num_pages = 4
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     state = oracle.CacheBytes(spec, cache, page, heads, values)
-    ids = torch.cat([torch.arange(-2, num_pages * page + 2)])
+    ids = torch.arange(-2, num_pages * page + 2)               # every slot, and ids outside the cache
     for value in SCALES + ("heads",):
         scales = scales_for(m, value, heads)
         want = oracle.gather_dequant(spec, state, ids, out_dtype, given_floats(m, scales))
