@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import keyword
+import math
 import re
 from pathlib import Path
 
 from . import language, marked_yaml
 from .errors import Mark, SpecError
 from .expr import Expr, const, divisible, round_up, sym
-from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, rule_terms
+from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, fp32_value, rule_terms
 from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
                     ScaleGroup, Segment, Term, op_params)
 
@@ -160,6 +161,10 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                         "scale groups must share one format", "use one format, or drop the dense ops")
     sink = tree["slots"]["sink"]
     launch = _launch(tree, ops)
+    if launch.get("quantize_store", {}).get("head_rows") and any(g.given for g in groups.values()):
+        knobs = tree["tuning"]["quantize_store"]
+        raise SpecError(knobs.value_mark("head_rows"), "tuning.quantize_store.head_rows: not with call-time scales "
+                        "(their kernels read one scale per program)", "remove head_rows")
     return Layout(
         name=tree["name"], summary=tree["summary"], spec_path=display, spec_sha256=digest,
         planes=tuple(tree["planes"]), heads=heads, values=values, page_size_multiple=multiple, page_align=align,
@@ -173,7 +178,8 @@ def build_layout(tree, display: str, digest: str) -> Layout:
 DEFAULT_LAUNCH = {
     "gather_dequant": {"elements": 4096, "block_tokens": None, "num_warps": 4, "lane_group": 4,
                        "dependent_launch": False, "early_release": False},
-    "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
+    "quantize_store": {"elements": 4096, "block_tokens": None, "num_warps": 4, "head_rows": False,
+                       "dependent_launch": False, "early_release": False},
     "quantize": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
     "dequantize": {"elements": 4096, "block_tokens": None, "num_warps": 4, "dependent_launch": False, "early_release": False},
     "append": {"columns": 128, "entries": 32, "num_warps": 1,
@@ -239,12 +245,23 @@ def _scale_groups(tree) -> dict:
                                 "write [lo, hi] with lo < hi, e.g. [-127, 127]")
             lo, hi = max(lo, lo_s), min(hi, hi_s)
         floor = g["amax_floor"]
-        if floor is not None and not (FP32_MIN_NORMAL <= floor < float("inf") and floor < 3.0e38):
-            raise SpecError(g.value_mark("amax_floor"), f"scales.{name}.amax_floor: {floor!r} is not a normal fp32 number",
-                            "use a value between 1.2e-38 and 3.0e38, e.g. 1.0e-30")
+        for key in ("amax_floor", "scale_floor"):
+            value = g[key]
+            if value is not None and not (FP32_MIN_NORMAL <= value < float("inf") and value < 3.0e38):
+                raise SpecError(g.value_mark(key), f"scales.{name}.{key}: {value!r} is not a normal fp32 number",
+                                "use a value between 1.2e-38 and 3.0e38, e.g. 1.0e-30")
+        if g["scale_floor"] is not None and g["rule"] != "exact":
+            lo_floor = math.ceil(math.log2(g["scale_floor"]))
+            raise SpecError(g.key_mark("scale_floor"), f"scales.{name}.scale_floor: a {g['rule']!r} scale is a power of "
+                            "two, so its floor is a least exponent", f"remove scale_floor and set exponent_range: "
+                            f"[{lo_floor}, 127] (2^{lo_floor} is the least power of two >= {g['scale_floor']!r})")
         (kind, size), = g["group"].items() if not given else (("tensor", 1),)
+        if kind == "values" and size == "any":
+            size = None                          # the whole segment: its width, known once it is placed
+        scale_floor = g["scale_floor"]
         out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], terms=None, amax_floor=floor,
                          amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
+                         scale_floor=fp32_value(scale_floor) if scale_floor is not None else None,
                          exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], ff_byte=g["ue8m0_ff"], kind=kind, size=size, segment=None)
     return out
 
@@ -254,7 +271,7 @@ def _check_given_group(name: str, g) -> None:
     if g["format"] != "fp32":
         raise SpecError(g.value_mark("format"), f"scales.{name}.format: a given scale is a float32 tensor",
                         "set format: fp32")
-    for key in ("amax_floor", "exponent_range", "pad_to"):
+    for key in ("amax_floor", "scale_floor", "exponent_range", "pad_to"):
         if g[key] is not None:
             raise SpecError(g.key_mark(key), f"scales.{name}.{key}: a given scale is not computed from amax, "
                             "nor stored in the cache", f"remove {key}")
@@ -318,11 +335,11 @@ def _segments(tree, groups, checks):
         if g["segment"] is None:
             raise SpecError(g["mark"], f"scales.{name}: no segment uses this scale group",
                             f"add 'scale: {name}' to a segment, or remove the group")
-    record_bytes, inline = _place_record_items(record, out, groups)
+    record_bytes, inline = _place_record_items(record, out, groups, checks)
     return [out[i] for i in sorted(out)], record_bytes, value_offset, inline
 
 
-def _place_record_items(record, out: dict, groups) -> tuple:
+def _place_record_items(record, out: dict, groups, checks) -> tuple:
     """Byte offsets in record order, of the value segments (`out`, by record index: filled in) and of
     the groups stored inline; returns (record bytes, {group: (record byte offset, mark)})."""
     byte_offset = const(0)
@@ -354,12 +371,16 @@ def _place_record_items(record, out: dict, groups) -> tuple:
                             f"({name!r} is a {{tokens: N}} group, shared by slots)", f"place {name} in a buffer region")
         seg = next(s for s in out.values() if s["name"] == g["segment"])
         pad = g["tree"]["pad_to"]
-        count = const(pad) if pad is not None else seg["values"] // g["size"]
+        count = const(pad) if pad is not None else const(1) if g["size"] is None else seg["values"] // g["size"]
         if not count.is_const:
             raise SpecError(item.value_mark("scales"), f"{where}.scales: group {name!r} has a scale count known only at "
                             "call time, so the record would have no fixed size", "give the segment a fixed width")
         size = g["format"].nbytes
-        if byte_offset.const_value() % size:
+        if not byte_offset.is_const:      # after a segment of call-time width: checked per call
+            if not divisible(byte_offset, size):
+                checks.append((byte_offset, size, f"the value count must be a multiple of {size}, so that the "
+                               f"{g['format'].name} scales of {name!r} after the values are aligned"))
+        elif byte_offset.const_value() % size:
             raise SpecError(mark, f"{where}: {g['format'].name} scales of {name!r} start at record byte "
                             f"{byte_offset.const_value()}, not a multiple of {size}",
                             "reorder the record so wider entries come first")
@@ -372,7 +393,12 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
     seg = next(s for s in segments if s["name"] == g["segment"])
     pad = g["tree"]["pad_to"]
     where = f"scales.{g['name']}"
-    if g["kind"] == "values":
+    if g["kind"] == "values" and g["size"] is None:
+        # {values: any}: one scale per token and head over the whole segment, whatever its width
+        g["size"] = seg["values"].const_value() if seg["values"].is_const else seg["values"]
+        count = const(1)
+        padded = const(pad) if pad is not None else count
+    elif g["kind"] == "values":
         n = g["size"]
         if seg["values"].is_const:
             if seg["values"].const_value() % n:
@@ -419,6 +445,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
         raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {seg['dtype']} packs {packing} values per byte, "
                         f"so a scale covers a whole number of bytes: {{values: N}} with N a multiple of {packing}",
                         f"use {{values: {max(packing, g['size'] - g['size'] % packing)}}}")
+    if packing > 1 and g["kind"] == "values" and isinstance(g["size"], int) and g["size"] & (g["size"] - 1):
+        raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {seg['dtype']} scale groups of {g['size']} values "
+                        "are not supported (a packed walk splits a power-of-two group into byte pairs)",
+                        f"use {{values: {1 << (g['size'].bit_length() - 1)}}}")
     if g["kind"] == "tokens" and (g["format"].name != "ue8m0" or g["rule"] == "exact"):
         raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")

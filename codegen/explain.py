@@ -1,6 +1,7 @@
 """`kvlayout explain`: the resolved byte map of one layout for concrete sizes."""
 from __future__ import annotations
 
+from .expr import as_expr
 from .model import HEADS, PAGE_SIZE, VALUES, Layout
 
 SAMPLE_SLOTS = 4
@@ -46,9 +47,11 @@ def explain(layout: Layout, sizes: dict) -> str:
         scale = ""
         if s.quantized:
             g = s.scale
-            per = {"values": f"one per {g.size} values", "tokens": f"one per {g.size} slots per value index",
+            size = ev(as_expr(g.size))
+            per = {"values": f"one per {size} values", "tokens": f"one per {size} slots per value index",
                    "tensor": _GIVEN_PER}[g.kind]
-            scale = f"  scales: {g.name} ({g.format.name}, {g.rule}, {per})"
+            floor = f", at least {g.scale_floor!r}" if g.scale_floor is not None else ""
+            scale = f"  scales: {g.name} ({g.format.name}, {g.rule}{floor}, {per})"
         lines.append(f"  bytes [{start:>5}, {end:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
                      f"values [{v0}, {v0 + nv}){scale}")
     for b in layout.buffers:
@@ -107,10 +110,10 @@ def _ev(layout: Layout, sizes: dict):
     return lambda e: e.evaluate(env)
 
 
-def _group(g) -> dict:
+def _group(g, ev) -> dict:
     return {"name": g.name, "format": g.format.name, "rule": g.rule, "amax_floor": g.amax_floor,
-            "exponents": [g.exponent_lo, g.exponent_hi], "zero_byte": g.zero_byte, "ff_byte": g.ff_byte,
-            "group": {g.kind: g.size}, "segment": g.segment, "element": g.element.name}
+            "scale_floor": g.scale_floor, "exponents": [g.exponent_lo, g.exponent_hi], "zero_byte": g.zero_byte,
+            "ff_byte": g.ff_byte, "group": {g.kind: ev(as_expr(g.size))}, "segment": g.segment, "element": g.element.name}
 
 
 def record_map(layout: Layout, ev) -> list:
@@ -158,7 +161,7 @@ def page_map(layout: Layout, sizes: dict) -> dict:
                         "padding": [used, page_bytes] if page_bytes > used else None})
     return {"layout": layout.name, "spec": layout.spec_path, "sizes": dict(sizes), "planes": list(layout.planes),
             "sink": layout.sink, "record_bytes": ev(layout.record_bytes), "record": record_map(layout, ev),
-            "scales": [_group(g) for g in layout.scales], "buffers": buffers, "ops": list(layout.ops)}
+            "scales": [_group(g, ev) for g in layout.scales], "buffers": buffers, "ops": list(layout.ops)}
 
 
 # Colours by what the bytes hold; scale groups take the warm ones in spec order.

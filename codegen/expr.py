@@ -128,6 +128,27 @@ class RoundUp(Expr):
         return self.num.symbols()
 
 
+@dataclass(frozen=True)
+class NextPow2(Expr):
+    """The least power of two >= num (a tile's lanes for a width known only at call time)."""
+    num: Expr
+
+    def render(self) -> str:
+        return f"_next_pow2({self.num.render()})"
+
+    def evaluate(self, env):
+        return 1 << max(0, self.num.evaluate(env) - 1).bit_length()
+
+    def symbols(self):
+        return self.num.symbols()
+
+
+def next_pow2(a: Expr) -> Expr:
+    if isinstance(a, Const):
+        return Const(1 << max(0, a.value - 1).bit_length())
+    return NextPow2(a)
+
+
 def _paren(e: Expr) -> str:
     return f"({e.render()})" if isinstance(e, (Sum, FloorDiv)) else e.render()
 
@@ -218,5 +239,5 @@ def contains(e: Expr, kind: type) -> bool:
     if isinstance(e, kind):
         return True
     children = {Sum: lambda x: x.terms, Product: lambda x: x.factors, FloorDiv: lambda x: (x.num,),
-                RoundUp: lambda x: (x.num,)}.get(type(e), lambda x: ())(e)
+                RoundUp: lambda x: (x.num,), NextPow2: lambda x: (x.num,)}.get(type(e), lambda x: ())(e)
     return any(contains(c, kind) for c in children)

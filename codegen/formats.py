@@ -16,6 +16,11 @@ def fp32_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
+def fp32_value(x: float) -> float:
+    """x rounded to the nearest fp32 value (as a Python float, exactly that value)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
 def _hex(n: int) -> str:
     return f"0x{n:X}"
 

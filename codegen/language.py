@@ -58,11 +58,18 @@ SCALE_GROUP = Obj(title="a scale group", fields={
     "amax_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
                         "amax is raised to at least this before the rule (1.0e-8 DSv4, 1.0e-30 MXFP8); null: no floor",
                         None),
+    "scale_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
+                         "rule exact: the scale is raised to at least this after the division, max(amax / fmax, floor) "
+                         "(vLLM per-token-head: 1.0e-6); pow2 rules say the same with exponent_range; null: no floor",
+                         None),
     "exponent_range": Field(OneOf((ListOf(Int(minimum=-127, maximum=127), min_items=2, max_items=2), Null())),
                             "[lo, hi]: clamp the unbiased scale exponent (MXFP8 seeds: [-127, 127]); null: only the "
                             "storage range", None),
     "group": Field(OneOf((
-        Obj(title="{values: N}", fields={"values": Field(Int(minimum=1, maximum=MAX_VALUES), "N consecutive values of one token and head share a scale")}),
+        Obj(title="{values: N}", fields={"values": Field(OneOf((Int(minimum=1, maximum=MAX_VALUES), ANY)),
+                                                         "N consecutive values of one token and head share a scale; 'any': "
+                                                         "all of the segment's values (one scale per token and head, "
+                                                         "whatever its width, e.g. vLLM's per-token-head scales)")}),
         Obj(title="{tokens: N}", fields={"tokens": Field(Int(minimum=1, maximum=MAX_GROUP_TOKENS), "N consecutive slots share a scale per head and value index "
                                                                           "(seq-blocked V)")}),
         Str(enum=("tensor",)),
@@ -107,6 +114,9 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "elements": Field(Int(minimum=32, maximum=MAX_TILE), "values one program handles per step (a power of two); sets tokens per program", None),
     "block_tokens": Field(OneOf((Int(minimum=1, maximum=MAX_BLOCK), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
+    "head_rows": Field(Bool(), "quantize_store: a program's rows are (token, head) pairs, every head of its tokens, so that "
+                       "adjacent records of a token's heads are written at once (small records that do not fill whole "
+                       "32-byte sectors); false: one head's tokens per program. Not with call-time scales", None),
     "lane_group": Field(Int(minimum=1, maximum=MAX_BLOCK), "gather_dequant: (plane, head) lanes whose programs run side by side, token block "
                         "by token block (at most this many: the largest divisor of the lanes)", None),
     "columns": Field(Int(minimum=1, maximum=MAX_BLOCK), "append: value indices per program of blocks with several new rows (a power of two)", None),

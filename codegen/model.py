@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .expr import Expr, RoundUp, const, contains
+from .expr import Expr, NextPow2, RoundUp, const, contains, next_pow2
 from .formats import FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
 
 # Call-time symbols and what they mean.
@@ -25,13 +25,15 @@ class ScaleGroup:
     terms: RuleTerms | None       # the integer form of a power-of-two rule; None for `exact`
     amax_floor: float | None
     amax_floor_bits: int          # fp32 bits of the floor; 0 = no floor
+    scale_floor: float | None     # rule exact: the least scale (an fp32 value), max(amax / fmax, floor)
     exponent_lo: int              # clamp applied to the rule's exponent (spec range within storage range)
     exponent_hi: int
     zero_byte: str                # "pow2" or "zero": what scale byte 0x00 decodes to
     ff_byte: str                  # "inf" or "nan": what scale byte 0xFF decodes to
     kind: str                     # "values": along a token's values; "tokens": along slots, per value index;
                                   # "tensor": the whole plane, given at call time
-    size: int                     # values (or slots) that share one scale
+    size: int | Expr              # values (or slots) that share one scale; an Expr ({values: any} over a
+                                  # segment of call-time width): the segment's width
     count: Expr                   # scales of one token and head ("values" groups)
     padded_count: Expr            # entries stored per token and head, padding included
     segment: str                  # the one segment quantized with this group
@@ -68,9 +70,15 @@ class ScaleGroup:
         return "scale" if self.kind in ("values", "tensor") else "dim"
 
     @property
-    def tile(self) -> int:
+    def tile(self) -> int | Expr:
         """Values of one token that share a scale: ``size`` for values groups, 1 for tokens groups."""
         return self.size if self.kind == "values" else 1
+
+    @property
+    def call_time_width(self) -> bool:
+        """A {values: any} group over a segment of call-time width: its kernels take the width and
+        its lanes as geometry constexprs (<SEGMENT>_GROUP, <SEGMENT>_LANES)."""
+        return self.kind == "values" and not isinstance(self.size, int)
 
     @property
     def store_function(self) -> str:
@@ -119,6 +127,25 @@ class Segment:
         if self.scale.given:
             return "_dequantize_given_segment"
         return "_dequantize_segment" if self.element.packing == 1 else "_dequantize_packed_segment"
+
+    @property
+    def group_constexprs(self) -> tuple:
+        """(walk parameter, geometry name) of the group width and lanes the op kernels pass to this
+        segment's wrappers, where they are known only at call time; () otherwise."""
+        if self.scale is None or not self.scale.call_time_width:
+            return ()
+        return (("GROUP", f"{self.name.upper()}_GROUP"), ("LANES", f"{self.name.upper()}_LANES"))
+
+    @property
+    def walk_group(self) -> tuple:
+        """(GROUP, LANES) as the wrappers pass them to the segment walk: the group's width and, where
+        it is not a power of two, the lanes above it (None: no lanes argument); names of the
+        wrapper's own parameters where they are known only at call time."""
+        g = self.scale
+        if g.call_time_width:
+            return "GROUP", "LANES"
+        lanes = next_pow2(const(g.tile)).const_value()
+        return str(g.tile), (str(lanes) if lanes != g.tile else None)
 
     @property
     def byte_end(self) -> Expr:
@@ -345,6 +372,14 @@ class Layout:
                 (where.buffer.page_bytes_name, where.region.offset_name, *others))
 
     @property
+    def record_overhead(self) -> int:
+        """Bytes of a record besides its values' codes, where the values are known only at call time
+        (one one-byte code per value: a record of a call's `values` is values + this, e.g. an inline
+        fp32 scale's 4): what a reader subtracts from the records tensor's last dim (uint8 bytes)."""
+        return (self.record_bytes.evaluate({VALUES: 0}) if not self.values.is_const and not self.record_bytes.is_const
+                else 0)
+
+    @property
     def record_fields(self) -> tuple:
         """The index in the Cache tuple of each plane's records tensor."""
         return tuple(i * len(self.buffers) + self.records.index for i in range(len(self.planes)))
@@ -531,6 +566,10 @@ class Layout:
         """(constexpr name, Expr) for every number a kernel needs, in emission order."""
         out = [("RECORD_BYTES", self.record_bytes)]
         out.extend((f"{s.name.upper()}_TILES", s.scale.count) for s in self.quantized_segments)
+        for s in self.quantized_segments:
+            if s.group_constexprs:
+                out.append((f"{s.name.upper()}_GROUP", s.values))
+                out.append((f"{s.name.upper()}_LANES", next_pow2(s.values)))
         if self.scale_kind == "values":  # the dense quantize/dequantize scale tensor
             out.append(("DENSE_SCALES", self.dense_scale_count))
             out.append(("DENSE_SCALE_BYTES", self.dense_scale_bytes))

@@ -10,4 +10,5 @@
   mxfp8_kv_128x4
   mxfp8_v_seqblocked
   vllm_fp8
+  vllm_fp8_per_token_head
 """

@@ -50,7 +50,7 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
     "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4, 'dependent_launch': False, 'early_release': False},
-    "quantize_store": {'elements': 16384, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
+    "quantize_store": {'elements': 16384, 'block_tokens': None, 'num_warps': 4, 'head_rows': False, 'dependent_launch': False, 'early_release': False},
     "quantize": {'elements': 16384, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
     "dequantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
 }
@@ -760,11 +760,31 @@ def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO:
 
 
 @triton.jit
-def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
-    """The source values at `values` ([rows, tiles, group] indices) of each row as fp32, and each
-    group's scale: (values divided by their group's scale, the scales). SCALE_OF(amax bits): the
-    scale exponent (power-of-two rules) or the fp32 scale (EXACT)."""
-    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+def _group_lanes(GROUP: tl.constexpr, LANES: tl.constexpr):
+    """A group's lane indices: GROUP of them, or LANES (0: GROUP), the power of two above a GROUP
+    that is not one (e.g. a head of 80 values), of which the first GROUP hold values (_in_group)."""
+    if LANES == 0:
+        return tl.arange(0, GROUP)
+    else:
+        return tl.arange(0, LANES)
+
+
+@triton.jit
+def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
+    """mask ([rows, tiles, lanes]) limited to the lanes that hold values (all of them unless LANES)."""
+    if LANES == 0 or LANES == GROUP:
+        return mask
+    else:
+        return mask & (lane < GROUP)[None, None, :]
+
+
+@triton.jit
+def _scaled_groups(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+    """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
+    fp32, and each group's scale: (values divided by their group's scale, the scales). Lanes not
+    read load +0, which leaves amax as it is. SCALE_OF(amax bits): the scale exponent (power-of-two
+    rules) or the fp32 scale (EXACT)."""
+    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
     scale = SCALE_OF(amax)
@@ -780,23 +800,24 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
-    BYTE_OFFSET and one scale per group, CHUNK groups at a time.
+    BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
     ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales.
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
-    lane = tl.arange(0, GROUP)
+    lane = _group_lanes(GROUP, LANES)
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
+        read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
+        q, scale = _scaled_groups(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF)
         codes = ENCODE(q)
-        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
+        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
@@ -806,17 +827,17 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                         DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
-    a `tokens` group) at a time.
+    a `tokens` group; LANES: see _group_lanes) at a time.
 
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
     block, ...) reads them as words, `block` being the row's block in its page.
     """
-    lane = tl.arange(0, GROUP)
+    lane = _group_lanes(GROUP, LANES)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
     if GROUP == 1:
         RUN: tl.constexpr = STORE_VEC if STORE_VEC < CHUNK else CHUNK     # contiguous codes claimed
@@ -836,7 +857,7 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
             codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, RUN, 1])
         else:
             codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, 1, RUN])
-        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
+        codes = tl.load(codes_at, mask=_in_group(read[:, :, None], lane, GROUP, LANES), other=0)
         if GROUP == 1:
             # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
             if WORD == 0:
@@ -850,7 +871,7 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
             x = DECODE(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
-        write = (out_ok[:, None] & in_segment)[:, :, None]
+        write = _in_group((out_ok[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
         tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
 
 
@@ -900,6 +921,15 @@ def _slot_written(loc, num_slots):
 def _program_tokens(BLOCK_T: tl.constexpr):
     """The BLOCK_T token rows of this program (grid axis 0 counts blocks of rows)."""
     return tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+
+
+@triton.jit
+def _head_rows(BLOCK_T: tl.constexpr, HEADS: tl.constexpr):
+    """(lane, token, head) of a writer program whose BLOCK_T rows are (token, head) pairs, every head
+    of a token in turn (grid axis 0 counts blocks of rows, axis 1 the planes; lane = plane * HEADS):
+    consecutive heads' records, adjacent in a page, are written by one program at once."""
+    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    return tl.program_id(1) * HEADS, row // HEADS, row % HEADS
 
 
 @triton.jit
@@ -1192,7 +1222,7 @@ def _quantize_store_kernel(
     k_ptr, k_stride_t, k_stride_h,
     loc_ptr, n_tokens, num_slots,
     k_cache_ptr,
-    BLOCK_T: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+    BLOCK_T: tl.constexpr, HEAD_ROWS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -1201,10 +1231,15 @@ def _quantize_store_kernel(
     CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
+    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot
+    (HEAD_ROWS: BLOCK_T (token, head) rows of one plane instead, see _head_rows)."""
     _wait_for_previous(PDL, EARLY_RELEASE)
-    token = _program_tokens(BLOCK_T)
-    head = tl.program_id(1) % HEADS
+    if HEAD_ROWS:
+        lane, token, head = _head_rows(BLOCK_T, HEADS)
+    else:
+        token = _program_tokens(BLOCK_T)
+        lane = tl.program_id(1)
+        head = lane % HEADS
     in_range = token < n_tokens
     # Negative slots, slots past the cache are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
@@ -1245,10 +1280,12 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     n_tokens, heads, values = srcs[0].shape
     plan = _plan_for(_quantize_store_kernel, tensors, loc.device)
     if n_tokens:
-        launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
-        grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
+        head_rows = LAUNCH["quantize_store"]["head_rows"]    # rows are (token, head) pairs, lanes the planes
+        rows, lanes = (n_tokens * heads, len(PLANES)) if head_rows else (n_tokens, len(PLANES) * heads)
+        launch = _launch_shape("quantize_store", values, _rows_cap(rows, lanes, loc.device))
+        grid = (_cdiv(rows, launch["BLOCK_T"]), lanes)
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache)
-        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo)
+        constexprs = dict(HEAD_ROWS=head_rows, **_chain("quantize_store", loc.device, pdl), **launch, **geo)
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan)
 
@@ -1549,8 +1586,8 @@ class _RefGroup(NamedTuple):
     below: int | None
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
-    tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
@@ -1573,6 +1610,11 @@ class _RefSegment(NamedTuple):
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
     given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+
+    @property
+    def tile(self) -> int:
+        """Values of one token and head that share a scale (1 for groups along slots)."""
+        return self.values // self.tiles
 
     @property
     def columns(self) -> slice:
@@ -1602,9 +1644,10 @@ def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
 def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
     """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
     values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
-    its reciprocal, which is not)."""
+    its reciprocal, which is not), then raised to the scale floor."""
     a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
-    return (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    scale = (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
 
 
 def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale: torch.Tensor) -> None:
@@ -1632,7 +1675,7 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
     format packs two, and the fp32 scales or exponents (..., tiles))."""
     g = seg.group
-    x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
+    x = rows.to(torch.float32).unflatten(-1, (seg.tiles, -1))
     amax = _ref_magnitude_bits(x).amax(-1)
     if g.exact:
         scale = _ref_exact_scale(g, amax)
@@ -1730,7 +1773,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, page, slot, head, block))
-                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -1764,7 +1807,7 @@ def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dt
             continue
         tile = torch.arange(seg.tiles, device=data.device) * seg.group.nbytes
         scale_f32 = _ref_scale_load(seg.group, _ref_bytes(scale2), rows + seg.dense_column + tile)
-        x = _ref_codes(seg, data2[:, seg.bytes]) * scale_f32.repeat_interleave(seg.group.tile, -1)
+        x = _ref_codes(seg, data2[:, seg.bytes]) * scale_f32.repeat_interleave(seg.tile, -1)
         out[:, seg.columns] = _ref_cast(x, out_dtype, computed=True)
     return out.view(*lead, G.VALUES)
 
@@ -1784,7 +1827,7 @@ _REF_GROUPS = {
         exponent_max=127, zero_is_pow2=False, floor_bits=0x322BCC77,
         fmax=448.0, fmax_exponent=8,
         above=0x600000, at_least=None, below=None,
-        exponent_lo=-127, exponent_hi=127, tile=64),
+        exponent_lo=-127, exponent_hi=127),
 }
 
 

@@ -51,7 +51,7 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
     "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4, 'dependent_launch': False, 'early_release': False},
-    "quantize_store": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
+    "quantize_store": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'head_rows': False, 'dependent_launch': False, 'early_release': False},
 }
 
 
@@ -694,11 +694,12 @@ def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO:
 
 
 @triton.jit
-def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
-    """The source values at `values` ([rows, tiles, group] indices) of each row as fp32, and each
-    group's scale: (values divided by their group's scale, the scales). SCALE_OF(amax bits): the
-    scale exponent (power-of-two rules) or the fp32 scale (EXACT)."""
-    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+def _scaled_groups(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+    """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
+    fp32, and each group's scale: (values divided by their group's scale, the scales). Lanes not
+    read load +0, which leaves amax as it is. SCALE_OF(amax bits): the scale exponent (power-of-two
+    rules) or the fp32 scale (EXACT)."""
+    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
     scale = SCALE_OF(amax)
@@ -725,7 +726,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
+        q, scale = _scaled_groups(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
+                                  EXACT, SCALE_OF)
         even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
@@ -804,6 +806,15 @@ def _slot_written(loc, num_slots):
 def _program_tokens(BLOCK_T: tl.constexpr):
     """The BLOCK_T token rows of this program (grid axis 0 counts blocks of rows)."""
     return tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+
+
+@triton.jit
+def _head_rows(BLOCK_T: tl.constexpr, HEADS: tl.constexpr):
+    """(lane, token, head) of a writer program whose BLOCK_T rows are (token, head) pairs, every head
+    of a token in turn (grid axis 0 counts blocks of rows, axis 1 the planes; lane = plane * HEADS):
+    consecutive heads' records, adjacent in a page, are written by one program at once."""
+    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    return tl.program_id(1) * HEADS, row // HEADS, row % HEADS
 
 
 @triton.jit
@@ -1081,7 +1092,7 @@ def _quantize_store_kernel(
     k_ptr, k_stride_t, k_stride_h,
     loc_ptr, n_tokens, num_slots,
     k_cache_ptr,
-    BLOCK_T: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+    BLOCK_T: tl.constexpr, HEAD_ROWS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     NOPE_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     NOPE_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -1090,10 +1101,15 @@ def _quantize_store_kernel(
     CACHE_NOPE_OFFSET: tl.constexpr, CACHE_NOPE_SLOT_STRIDE: tl.constexpr, CACHE_NOPE_HEAD_STRIDE: tl.constexpr,
     CACHE_NOPE_SCALE_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
+    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot
+    (HEAD_ROWS: BLOCK_T (token, head) rows of one plane instead, see _head_rows)."""
     _wait_for_previous(PDL, EARLY_RELEASE)
-    token = _program_tokens(BLOCK_T)
-    head = tl.program_id(1) % HEADS
+    if HEAD_ROWS:
+        lane, token, head = _head_rows(BLOCK_T, HEADS)
+    else:
+        token = _program_tokens(BLOCK_T)
+        lane = tl.program_id(1)
+        head = lane % HEADS
     in_range = token < n_tokens
     # Negative slots, slots past the cache are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
@@ -1134,10 +1150,12 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     n_tokens, heads, values = srcs[0].shape
     plan = _plan_for(_quantize_store_kernel, tensors, loc.device)
     if n_tokens:
-        launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
-        grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
+        head_rows = LAUNCH["quantize_store"]["head_rows"]    # rows are (token, head) pairs, lanes the planes
+        rows, lanes = (n_tokens * heads, len(PLANES)) if head_rows else (n_tokens, len(PLANES) * heads)
+        launch = _launch_shape("quantize_store", values, _rows_cap(rows, lanes, loc.device))
+        grid = (_cdiv(rows, launch["BLOCK_T"]), lanes)
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache)
-        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo)
+        constexprs = dict(HEAD_ROWS=head_rows, **_chain("quantize_store", loc.device, pdl), **launch, **geo)
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan)
 
@@ -1289,8 +1307,8 @@ class _RefGroup(NamedTuple):
     below: int | None
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
-    tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
@@ -1313,6 +1331,11 @@ class _RefSegment(NamedTuple):
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
     given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+
+    @property
+    def tile(self) -> int:
+        """Values of one token and head that share a scale (1 for groups along slots)."""
+        return self.values // self.tiles
 
     @property
     def columns(self) -> slice:
@@ -1342,9 +1365,10 @@ def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
 def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
     """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
     values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
-    its reciprocal, which is not)."""
+    its reciprocal, which is not), then raised to the scale floor."""
     a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
-    return (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    scale = (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
 
 
 def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale: torch.Tensor) -> None:
@@ -1372,7 +1396,7 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
     format packs two, and the fp32 scales or exponents (..., tiles))."""
     g = seg.group
-    x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
+    x = rows.to(torch.float32).unflatten(-1, (seg.tiles, -1))
     amax = _ref_magnitude_bits(x).amax(-1)
     if g.exact:
         scale = _ref_exact_scale(g, amax)
@@ -1470,7 +1494,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, page, slot, head, block))
-                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -1488,7 +1512,7 @@ _REF_GROUPS = {
         exponent_max=127, zero_is_pow2=True, floor_bits=0x0,
         fmax=6.0, fmax_exponent=2,
         above=None, at_least=None, below=0x7C3B7,
-        exponent_lo=-127, exponent_hi=127, tile=32),
+        exponent_lo=-127, exponent_hi=127),
 }
 
 

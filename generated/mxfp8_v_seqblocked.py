@@ -767,22 +767,41 @@ def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO:
 
 
 @triton.jit
+def _group_lanes(GROUP: tl.constexpr, LANES: tl.constexpr):
+    """A group's lane indices: GROUP of them, or LANES (0: GROUP), the power of two above a GROUP
+    that is not one (e.g. a head of 80 values), of which the first GROUP hold values (_in_group)."""
+    if LANES == 0:
+        return tl.arange(0, GROUP)
+    else:
+        return tl.arange(0, LANES)
+
+
+@triton.jit
+def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
+    """mask ([rows, tiles, lanes]) limited to the lanes that hold values (all of them unless LANES)."""
+    if LANES == 0 or LANES == GROUP:
+        return mask
+    else:
+        return mask & (lane < GROUP)[None, None, :]
+
+
+@triton.jit
 def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, block,
                         SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                         DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
-    a `tokens` group) at a time.
+    a `tokens` group; LANES: see _group_lanes) at a time.
 
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
     block, ...) reads them as words, `block` being the row's block in its page.
     """
-    lane = tl.arange(0, GROUP)
+    lane = _group_lanes(GROUP, LANES)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
     if GROUP == 1:
         RUN: tl.constexpr = STORE_VEC if STORE_VEC < CHUNK else CHUNK     # contiguous codes claimed
@@ -802,7 +821,7 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
             codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, RUN, 1])
         else:
             codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, 1, RUN])
-        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
+        codes = tl.load(codes_at, mask=_in_group(read[:, :, None], lane, GROUP, LANES), other=0)
         if GROUP == 1:
             # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
             if WORD == 0:
@@ -816,7 +835,7 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
             x = DECODE(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
-        write = (out_ok[:, None] & in_segment)[:, :, None]
+        write = _in_group((out_ok[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
         tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
 
 
@@ -2061,8 +2080,8 @@ class _RefGroup(NamedTuple):
     below: int | None
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
-    tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
@@ -2085,6 +2104,11 @@ class _RefSegment(NamedTuple):
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
     given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+
+    @property
+    def tile(self) -> int:
+        """Values of one token and head that share a scale (1 for groups along slots)."""
+        return self.values // self.tiles
 
     @property
     def columns(self) -> slice:
@@ -2182,7 +2206,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, page, slot, head, block))
-                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -2253,7 +2277,7 @@ _REF_GROUPS = {
         exponent_max=127, zero_is_pow2=True, floor_bits=0xDA24260,
         fmax=448.0, fmax_exponent=8,
         above=0x600000, at_least=None, below=None,
-        exponent_lo=-127, exponent_hi=127, tile=1),
+        exponent_lo=-127, exponent_hi=127),
 }
 
 

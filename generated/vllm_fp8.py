@@ -47,7 +47,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
-    "quantize_store": {'elements': 1024, 'block_tokens': None, 'num_warps': 2, 'dependent_launch': False, 'early_release': False},
+    "quantize_store": {'elements': 1024, 'block_tokens': None, 'num_warps': 2, 'head_rows': False, 'dependent_launch': False, 'early_release': False},
     "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4, 'dependent_launch': False, 'early_release': False},
 }
 
@@ -774,6 +774,15 @@ def _program_tokens(BLOCK_T: tl.constexpr):
 
 
 @triton.jit
+def _head_rows(BLOCK_T: tl.constexpr, HEADS: tl.constexpr):
+    """(lane, token, head) of a writer program whose BLOCK_T rows are (token, head) pairs, every head
+    of a token in turn (grid axis 0 counts blocks of rows, axis 1 the planes; lane = plane * HEADS):
+    consecutive heads' records, adjacent in a page, are written by one program at once."""
+    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    return tl.program_id(1) * HEADS, row // HEADS, row % HEADS
+
+
+@triton.jit
 def _grouped_lane_tokens(LANE_GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
     """(lane, token rows) of a gather program. Programs go LANE_GROUP lanes at a time (grid axis 1 is
     the group): within a group the lanes of one block of rows are adjacent, then the next block."""
@@ -882,21 +891,26 @@ def _quantize_store_kernel(
     loc_ptr, n_tokens, num_slots,
     k_cache_ptr, v_cache_ptr,
     k_scale_ptr, v_scale_ptr,
-    BLOCK_T: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+    BLOCK_T: tl.constexpr, HEAD_ROWS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     K_SCALE_STEP: tl.constexpr, V_SCALE_STEP: tl.constexpr,
 ):
-    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
+    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot
+    (HEAD_ROWS: BLOCK_T (token, head) rows of one plane instead, see _head_rows)."""
     _wait_for_previous(PDL, EARLY_RELEASE)
-    token = _program_tokens(BLOCK_T)
-    head = tl.program_id(1) % HEADS
+    if HEAD_ROWS:
+        lane, token, head = _head_rows(BLOCK_T, HEADS)
+    else:
+        token = _program_tokens(BLOCK_T)
+        lane = tl.program_id(1)
+        head = lane % HEADS
     in_range = token < n_tokens
     # Negative slots, slots past the cache are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
-    plane = tl.program_id(1) // HEADS
+    plane = lane // HEADS
     if plane == 0:
         x_row = _row_offset(token, head, k_stride_t, k_stride_h)
         records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
@@ -941,10 +955,12 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
     n_tokens, heads, values = srcs[0].shape
     plan = _plan_for(_quantize_store_kernel, tensors, loc.device)
     if n_tokens:
-        launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
-        grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
+        head_rows = LAUNCH["quantize_store"]["head_rows"]    # rows are (token, head) pairs, lanes the planes
+        rows, lanes = (n_tokens * heads, len(PLANES)) if head_rows else (n_tokens, len(PLANES) * heads)
+        launch = _launch_shape("quantize_store", values, _rows_cap(rows, lanes, loc.device))
+        grid = (_cdiv(rows, launch["BLOCK_T"]), lanes)
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache, k_scale, v_scale)
-        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo, **_given_steps((k_scale, v_scale,)))
+        constexprs = dict(HEAD_ROWS=head_rows, **_chain("quantize_store", loc.device, pdl), **launch, **geo, **_given_steps((k_scale, v_scale,)))
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan)
 
@@ -1196,8 +1212,8 @@ class _RefGroup(NamedTuple):
     below: int | None
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
-    tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
@@ -1220,6 +1236,11 @@ class _RefSegment(NamedTuple):
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
     given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+
+    @property
+    def tile(self) -> int:
+        """Values of one token and head that share a scale (1 for groups along slots)."""
+        return self.values // self.tiles
 
     @property
     def columns(self) -> slice:
@@ -1321,7 +1342,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, page, slot, head, block))
-                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -1339,7 +1360,7 @@ _REF_GROUPS = {
         exponent_max=127, zero_is_pow2=True, floor_bits=0x0,
         fmax=448.0, fmax_exponent=8,
         above=None, at_least=None, below=None,
-        exponent_lo=-127, exponent_hi=127, tile=1, given=True),
+        exponent_lo=-127, exponent_hi=127, given=True),
 }
 
 

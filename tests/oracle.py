@@ -214,19 +214,23 @@ class Spec:
             b += self.item_bytes(item, values)
         return None
 
-    def group_of(self, name: str) -> tuple:
-        """(kind, size): ("values", N), ("tokens", N), or ("tensor", None) for a call-time scale."""
+    def group_of(self, name: str, values: int | None = None) -> tuple:
+        """(kind, size): ("values", N), ("tokens", N), or ("tensor", None) for a call-time scale;
+        {values: any} is the whole segment's width (at `values` values per head)."""
         group = self.scales[name]["group"]
         if group == "tensor":
             return "tensor", None
         (kind, size), = group.items()
+        if size == "any":
+            seg = next(s for s in self.record if s.get("scale") == name)
+            size = self.segment_values(seg, values)
         return kind, size
 
     def scale_entries(self, name: str, values: int) -> int:
         """Scale entries per token and head (values groups, padding included)."""
         seg = next(s for s in self.record if s.get("scale") == name)
         pad = self.scales[name].get("pad_to")
-        return pad if pad is not None else self.segment_values(seg, values) // self.group_of(name)[1]
+        return pad if pad is not None else self.segment_values(seg, values) // self.group_of(name, values)[1]
 
     def scale_bytes(self, name: str) -> int:
         return 1 if self.scales[name]["format"] == "ue8m0" else 4
@@ -397,7 +401,7 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None 
                         state.write(plane, "records", page_id, where, data, skip=byte)
                         continue
                     name, fmt = seg["scale"], seg["dtype"]
-                    kind, size = spec.group_of(name)
+                    kind, size = spec.group_of(name, values)
                     if kind == "tensor":
                         with np.errstate(all="ignore"):
                             q = (x32[first:first + n].astype(np.float64) / given_scale(given, plane, name, head)).astype(np.float32)
@@ -408,6 +412,8 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None 
                         a = spec.amax(name, x)
                         if spec.scales[name]["rule"] == "exact":
                             s = f32(a / fmax(fmt)) if math.isfinite(a) else math.inf
+                            floor = spec.scales[name].get("scale_floor")
+                            s = max(s, f32(floor)) if floor is not None else s
                             with np.errstate(all="ignore"):
                                 q = np.zeros_like(x) if s == 0 else (x.astype(np.float64) / s).astype(np.float32)
                             stored = np.float32(s).reshape(1).view(np.uint8)
@@ -455,7 +461,7 @@ def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16, giv
                         continue
                     name, fmt = seg["scale"], seg["dtype"]
                     codes = unpack(fmt, state.read(plane, "records", page_id, where, n // packing(fmt), skip=byte))
-                    kind, size = spec.group_of(name)
+                    kind, size = spec.group_of(name, values)
                     if kind == "tensor":
                         scale = np.full(n, given_scale(given, plane, name, head))
                     elif kind == "values":

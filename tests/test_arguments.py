@@ -90,6 +90,21 @@ def test_size_errors_name_the_tensor_that_gave_the_size():
            m.quantize_store, rows, rows, torch.arange(2, device=DEVICE), cache, 32)
 
 
+def test_a_records_width_counts_its_inline_scale():
+    """vllm_fp8_per_token_head: a records row is head_size codes and a 4-byte fp32 scale, so a reader
+    takes head_size from its last dim less 4, which must leave values that keep the scale aligned."""
+    m = module("vllm_fp8_per_token_head")
+    ids = torch.arange(2, device=DEVICE)
+    for width, error in ((70, r"cache\.k_cache: shape \(1, 8, 2, 70\): values: the value count must be a multiple of 4"),
+                         (4, r"cache\.k_cache: a last dim of 4 bytes holds no values besides the record's 4 scale bytes")):
+        bad = [torch.zeros(1, 8, 2, width, dtype=torch.uint8, device=DEVICE) for _ in range(2)]
+        raises(error, m.gather_dequant, m.Cache(*bad), ids, 8)
+    raises("values: the value count must be a multiple of 4", m.alloc_cache, 1, 8, heads=2, values=66)
+    cache = m.alloc_cache(1, 8, heads=2, values=64, device=DEVICE)
+    assert cache.k_cache.shape == (1, 8, 2, 68)
+    assert m.gather_dequant(cache, ids, 8)[0].shape == (2, 2, 64)
+
+
 def test_written_buffers_must_not_alias_other_arguments():
     m, cache, x, loc = kv_setup()
     aliased = m.Cache(cache.k_cache, cache.k_sf, cache.k_cache, cache.v_sf)

@@ -13,7 +13,7 @@ FMAX = {"fp8_e4m3fn": 448.0, "fp8_e5m2": 57344.0}
 
 
 def groups():
-    """(layout, group, rule, element format, floor, lo, hi) for every scale group of every spec (zoo included)."""
+    """(layout, group, rule, element format, floor, lo, hi, scale floor) for every scale group of every spec (zoo included)."""
     from codegen.build import build_layout, load_spec
     from tests.layouts import ROOT, SPECS
     out = []
@@ -23,7 +23,7 @@ def groups():
         layout = build_layout(tree, display, digest)
         for g in layout.stored_scales:       # (a given scale has no rule)
             out.append(pytest.param(name, g.name, g.rule, g.element, g.amax_floor, g.exponent_lo, g.exponent_hi,
-                                    id=f"{name}.{g.name}-{g.rule}"))
+                                    g.scale_floor, id=f"{name}.{g.name}-{g.rule}"))
     return out
 
 
@@ -34,8 +34,8 @@ def amax_corpus() -> torch.Tensor:
     return torch.cat([bf16[(bf16 >= 0) & bf16.isfinite()], fp32])
 
 
-@pytest.mark.parametrize("name,group,rule,element,floor,lo,hi", groups())
-def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo, hi):
+@pytest.mark.parametrize("name,group,rule,element,floor,lo,hi,scale_floor", groups())
+def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo, hi, scale_floor):
     """Each rule, checked exactly in float64 (products of powers of two are exact) against its
     definition, for every non-negative finite bf16 amax and 2^20 random fp32 ones:
     rceil   smallest e with amax <= fmax * 2^e
@@ -43,7 +43,7 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
     ceil    2^(e-1) < amax / 2^emax <= 2^e
     even    floor, after rounding amax to the element's mantissa width (half-up, as torchao EVEN)
     nearest |log2(amax / fmax) - e| <= 1/2
-    exact   amax / fmax rounded once to fp32"""
+    exact   amax / fmax rounded once to fp32, then at least the scale floor (an fp32 value)"""
     m = module(name)
     amax = amax_corpus()
     bits = amax.view(torch.int32)
@@ -52,7 +52,11 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
     emax = element.fmax_exponent
     if rule == "exact":
         got = m._ref_exact_scale(m._REF_GROUPS[group], bits)
-        assert torch.equal(got.view(torch.int32), (a / fmax).to(torch.float32).view(torch.int32))
+        want = (a / fmax).to(torch.float32)
+        if scale_floor is not None:
+            assert scale_floor == float(torch.tensor(scale_floor, dtype=torch.float32))
+            want = torch.where(want < scale_floor, scale_floor, want)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
         return
     e = m._ref_exponent(m._REF_GROUPS[group], bits).to(torch.float64)
     assert bool(((e >= lo) & (e <= hi)).all())
@@ -83,8 +87,8 @@ def _exponent_probe(bits_ptr, out_ptr, n, EXPONENT: tl.constexpr, BLOCK: tl.cons
     tl.store(out_ptr + i, EXPONENT(tl.load(bits_ptr + i, mask=i < n, other=0)), mask=i < n)
 
 
-@pytest.mark.parametrize("name,group,rule,element,floor,lo,hi", [g for g in groups() if g.values[2] != "exact"])
-def test_kernel_exponent_equals_the_reference(name, group, rule, element, floor, lo, hi):
+@pytest.mark.parametrize("name,group,rule,element,floor,lo,hi,scale_floor", [g for g in groups() if g.values[2] != "exact"])
+def test_kernel_exponent_equals_the_reference(name, group, rule, element, floor, lo, hi, scale_floor):
     """The kernels' integer exponent (a carry into the exponent bits where the rule has one term,
     clamps left out where the floor and fp32's range make them moot) equals the reference's, for
     the amax corpus plus zero and infinity."""

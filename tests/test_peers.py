@@ -446,3 +446,77 @@ def test_vllm_fp8_is_vllms_reshape_and_cache_flash(scale):
         compat.reshape_and_cache_flash(key.to(DEVICE), value.to(DEVICE), got[0], got[1], slots.to(DEVICE), "fp8",
                                        three, scales[1])
     assert all(torch.equal(a, b) for a, b in zip(got, before))
+
+
+# --- vllm_fp8_per_token_head: vLLM's kv_cache_dtype "fp8_per_token_head" ------------------------------
+
+F32_FLOOR_1E6 = float(torch.tensor(1e-6, dtype=torch.float32))     # tl.maximum(..., 1e-6) in fp32
+
+
+def vllm_per_token_head_reference(x: torch.Tensor) -> tuple:
+    """vLLM's tests/quantization/test_per_token_kv_cache.py (_quantize_per_token_head_ref) for fp8:
+    s = (amax / 448).clamp(min=1e-6) per (token, head), codes (x * (1.0 / s)).clamp(+-448) cast to
+    float8_e4m3fn (torch's amax: NaN propagates). Each fp32 operation here in float64, rounded to
+    fp32 once (what IEEE fp32 arithmetic gives)."""
+    t = x.float()
+    scale = (t.abs().amax(-1).double() / 448).float().clamp(min=F32_FLOOR_1E6)
+    inverse = (1.0 / scale.double()).float()
+    q = (t.double() * inverse.double()[..., None]).float()
+    return q.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8), scale
+
+
+def per_token_head_quantized(x: torch.Tensor) -> tuple:
+    """vllm_fp8_per_token_head's reference writer on rows x (tokens, heads, D), read back from the
+    records: (codes (tokens, heads, D), scales (tokens, heads))."""
+    m = module("vllm_fp8_per_token_head")
+    tokens, heads, width = x.shape
+    cache = m.alloc_cache(tokens, 1, heads=heads, values=width)
+    loc = torch.arange(tokens)
+    m.quantize_store_ref(x, x, loc, cache, 1)
+    records = cache.k_cache.view(tokens, heads, width + 4)
+    return records[..., :width], records[..., width:].contiguous().view(torch.float32)[..., 0]
+
+
+@pytest.mark.parametrize("width", [128, 80])
+def test_vllm_fp8_per_token_head_differs_from_vllms_reference_by_its_reciprocal(width):
+    """vLLM multiplies by a rounded reciprocal of the scale (two roundings; its Triton kernel also
+    divides approximately), the spec divides once, correctly rounded: some codes land on the
+    neighbouring code, only in heads whose scale is not a power of two (else the reciprocal is
+    exact). Heads holding a NaN are NaN throughout there (torch's amax), and an infinity gives NaN
+    codes for the head's finite values there (x * (1 / inf) is 0, but inf * 0 is NaN), so only
+    finite heads are compared; their scales are equal, the scale floor included."""
+    x = peer_rows(width, 41)
+    x = x[: x.shape[0] // 2 * 2].view(-1, 2, width)
+    ours, theirs = per_token_head_quantized(x), vllm_per_token_head_reference(x)
+    finite = x.float().isfinite().all(-1)
+    assert torch.equal(ours[1][finite].view(torch.int32), theirs[1][finite].view(torch.int32))
+    assert bool((ours[1][finite] >= F32_FLOOR_1E6).all()) and bool((ours[1][finite] == F32_FLOOR_1E6).any())
+    codes = (ours[0] != theirs[0]) & finite[..., None]
+    power_of_two = (ours[1].view(torch.int32) & 0x7FFFFF) == 0
+    assert not codes[power_of_two].any()
+    assert codes.any()                                    # the corpus does reach the double rounding
+    step = (ours[0].to(torch.int32) - theirs[0].to(torch.int32)).abs()[codes]
+    assert bool((step == 1).all())
+
+
+def test_vllm_fp8_per_token_head_records_are_vllms_views():
+    """vLLM's reader views one plane's (num_blocks, block_size, heads, D + 4) uint8 cache as fp8
+    codes [..., :D] and an fp32 scale tensor as_strided over the same bytes (strides of the block,
+    slot and head in 4-byte units, offset D / 4: triton_attn.py's _ensure_scale_caches): both give
+    the values and scales the spec's writer stored."""
+    m = module("vllm_fp8_per_token_head")
+    blocks, block_size, heads, width = 5, 16, 2, 96
+    gen = generator(43)
+    tokens = 50
+    x = scaled_normal((tokens, heads, width), gen)
+    loc = torch.randperm(blocks * block_size, generator=gen)[:tokens]
+    cache = m.alloc_cache(blocks, block_size, heads=heads, values=width)
+    m.quantize_store_ref(x, x, loc, cache, block_size)
+    kv = cache.k_cache
+    assert kv.shape == (blocks, block_size, heads, width + 4) and kv.dtype == torch.uint8
+    s0, s1, s2, _ = (s // 4 for s in kv.stride())
+    scale_view = torch.as_strided(kv.view(torch.float32), (blocks, block_size, heads), (s0, s1, s2), width // 4)
+    codes, scales = per_token_head_quantized(x)
+    block, slot = loc // block_size, loc % block_size
+    assert torch.equal(kv[..., :width][block, slot], codes)
+    assert torch.equal(scale_view[block, slot].view(torch.int32), scales.view(torch.int32))

@@ -57,8 +57,8 @@ class _RefGroup(NamedTuple):
     below: int | None
     exponent_lo: int          # the clamp of the rule's exponent
     exponent_hi: int
-    tile: int                 # values of one token that share a scale (1 for groups along slots)
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
+    scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
 
 
@@ -81,6 +81,11 @@ class _RefSegment(NamedTuple):
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
     given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+
+    @property
+    def tile(self) -> int:
+        """Values of one token and head that share a scale (1 for groups along slots)."""
+        return self.values // self.tiles
 
     @property
     def columns(self) -> slice:
@@ -110,9 +115,10 @@ def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
 def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
     """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
     values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
-    its reciprocal, which is not)."""
+    its reciprocal, which is not), then raised to the scale floor."""
     a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
-    return (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    scale = (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
 
 
 def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale: torch.Tensor) -> None:
@@ -140,7 +146,7 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
     format packs two, and the fp32 scales or exponents (..., tiles))."""
     g = seg.group
-    x = rows.to(torch.float32).unflatten(-1, (-1, g.tile))
+    x = rows.to(torch.float32).unflatten(-1, (seg.tiles, -1))
     amax = _ref_magnitude_bits(x).amax(-1)
     if g.exact:
         scale = _ref_exact_scale(g, amax)
@@ -252,7 +258,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, page, slot, head, block))
-                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.group.tile, -1)
+                x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -286,7 +292,7 @@ def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dt
             continue
         tile = torch.arange(seg.tiles, device=data.device) * seg.group.nbytes
         scale_f32 = _ref_scale_load(seg.group, _ref_bytes(scale2), rows + seg.dense_column + tile)
-        x = _ref_codes(seg, data2[:, seg.bytes]) * scale_f32.repeat_interleave(seg.group.tile, -1)
+        x = _ref_codes(seg, data2[:, seg.bytes]) * scale_f32.repeat_interleave(seg.tile, -1)
         out[:, seg.columns] = _ref_cast(x, out_dtype, computed=True)
     return out.view(*lead, G.VALUES)
 

@@ -36,11 +36,31 @@ def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO:
 
 
 @triton.jit
-def _scaled_groups(x_ptr, x_row, row_in, in_segment, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
-    """The source values at `values` ([rows, tiles, group] indices) of each row as fp32, and each
-    group's scale: (values divided by their group's scale, the scales). SCALE_OF(amax bits): the
-    scale exponent (power-of-two rules) or the fp32 scale (EXACT)."""
-    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=(row_in[:, None] & in_segment)[:, :, None], other=0.0)
+def _group_lanes(GROUP: tl.constexpr, LANES: tl.constexpr):
+    """A group's lane indices: GROUP of them, or LANES (0: GROUP), the power of two above a GROUP
+    that is not one (e.g. a head of 80 values), of which the first GROUP hold values (_in_group)."""
+    if LANES == 0:
+        return tl.arange(0, GROUP)
+    else:
+        return tl.arange(0, LANES)
+
+
+@triton.jit
+def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
+    """mask ([rows, tiles, lanes]) limited to the lanes that hold values (all of them unless LANES)."""
+    if LANES == 0 or LANES == GROUP:
+        return mask
+    else:
+        return mask & (lane < GROUP)[None, None, :]
+
+
+@triton.jit
+def _scaled_groups(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+    """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
+    fp32, and each group's scale: (values divided by their group's scale, the scales). Lanes not
+    read load +0, which leaves amax as it is. SCALE_OF(amax bits): the scale exponent (power-of-two
+    rules) or the fp32 scale (EXACT)."""
+    x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
     scale = SCALE_OF(amax)
@@ -56,23 +76,24 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
-    BYTE_OFFSET and one scale per group, CHUNK groups at a time.
+    BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
     ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales.
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
-    lane = tl.arange(0, GROUP)
+    lane = _group_lanes(GROUP, LANES)
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
+        read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
+        q, scale = _scaled_groups(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF)
         codes = ENCODE(q)
-        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=ok[:, :, None])
+        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
@@ -82,17 +103,17 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                         DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
-    a `tokens` group) at a time.
+    a `tokens` group; LANES: see _group_lanes) at a time.
 
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
     block, ...) reads them as words, `block` being the row's block in its page.
     """
-    lane = tl.arange(0, GROUP)
+    lane = _group_lanes(GROUP, LANES)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
     if GROUP == 1:
         RUN: tl.constexpr = STORE_VEC if STORE_VEC < CHUNK else CHUNK     # contiguous codes claimed
@@ -112,7 +133,7 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
             codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, RUN, 1])
         else:
             codes_at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), [1, 1, RUN])
-        codes = tl.load(codes_at, mask=read[:, :, None], other=0)
+        codes = tl.load(codes_at, mask=_in_group(read[:, :, None], lane, GROUP, LANES), other=0)
         if GROUP == 1:
             # One scale per value index: read as [rows, tiles, 1] tiles like the codes, so they share its layout too.
             if WORD == 0:
@@ -126,7 +147,7 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
             x = DECODE(codes) * scale[:, :, None]
         if CANON_NAN:
             x = _canonical_nan(x)
-        write = (out_ok[:, None] & in_segment)[:, :, None]
+        write = _in_group((out_ok[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
         tl.store(out_ptr + out_row[:, None, None] + (VALUE_OFFSET + index), _convert(x, out_ptr.dtype.element_ty), mask=write)
 
 
@@ -146,7 +167,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        q, scale = _scaled_groups(x_ptr, x_row, row_in, in_segment, VALUE_OFFSET + index, EXACT, SCALE_OF)
+        q, scale = _scaled_groups(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
+                                  EXACT, SCALE_OF)
         even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
