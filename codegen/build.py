@@ -98,7 +98,9 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                         "groups", "split it into two layouts")
     planes = tuple(tree["planes"])
     # names the kernels give their pointer parameters (<name>_ptr): planes, their outputs, cache fields
-    pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(f"{p}_{b}" for p in planes for b in tree["buffers"])
+    shared = {b for b, regions in tree["buffers"].items() if any(o.startswith("plane") for r in regions for o in r["order"])}
+    pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(b if b in shared else f"{p}_{b}" for p in planes
+                                                                  for b in tree["buffers"])
     for name, g in groups.items():
         for plane in planes if g.kind == "tensor" else ():
             argument = f"{plane}_{name}"
@@ -111,7 +113,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                         "drop the other segments")
 
     ctx = dict(heads=heads, multiple=multiple, record_bytes=record_bytes, values=values, groups=groups,
-               checks=checks, inline=inline)
+               checks=checks, inline=inline, planes=len(tree["planes"]))
     buffers = tuple(_buffer(name, tree["buffers"], ctx, align, segments) for name in tree["buffers"])
     _check_placement(tree, buffers, groups)
     records = next(r for b in buffers for r in b.regions if r.holds == "records")
@@ -123,9 +125,19 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                     raise SpecError(tree["buffers"][b.name].item_mark(i), f"buffers.{b.name}[{i}].order: an append "
                                     f"layout cannot split a coordinate ({split.text!r})",
                                     f"order the {r.holds} by whole coordinates")
-    if (heads.symbols() or values.symbols()) and records.terms[-1].text != "head":
+    if (heads.symbols() or values.symbols()) and [t.text for t in records.terms if t.coord != "plane"][-1] != "head":
         raise SpecError(tree.value_mark("buffers"), "buffers: with heads or values 'any', the records order must end "
-                        "with 'head'", "readers take (heads, values) from the records buffer's last two dims")
+                        "with 'head' (or 'head', 'plane')", "readers take (heads, values) from the records buffer's last two dims")
+    if "append" in tree["ops"] and any(b.shared for b in buffers):
+        raise SpecError(tree["ops"].item_mark(tree["ops"].index("append")), "ops: 'append' is not available for a "
+                        "buffer that holds every plane ('plane' in its order)", "give each plane its own buffers")
+    owners: dict = {}                 # Cache field name -> the buffer (and plane) it holds
+    for p in planes:
+        for b in buffers:
+            field, owner = (b.name, b.name) if b.shared else (f"{p}_{b.name}", (p, b.name))
+            if owners.setdefault(field, owner) != owner:
+                raise SpecError(tree.value_mark("buffers"), f"buffers: two buffers give the cache field name {field!r}",
+                                "rename a buffer")
     for s in segments:
         if s.raw is not None:
             _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks)
@@ -503,13 +515,18 @@ def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
         regions.append(Region(buffer=name, holds=holds, terms=region_terms, element_bytes=element_bytes,
                               offset=offset, nbytes=span, offset_name=f"{prefix}_OFFSET"))
         offset = offset + span
+    with_plane = [any(t.coord == "plane" for t in r.terms) for r in regions]
+    if any(with_plane) and not all(with_plane):
+        i = with_plane.index(not with_plane[0])
+        raise SpecError(regions_tree.item_mark(i), f"buffers.{name}[{i}].order: a buffer holds every plane ('plane' in "
+                        "each region's order) or one (in none)", "list 'plane' in every region of the buffer, or in none")
     records = next((r for r in regions if r.holds == "records"), None)
     if records is not None:
         regions.extend(_inline_region(records, name, ctx["groups"][g], at) for g, (at, _) in ctx["inline"].items())
     page_bytes = round_up(offset, align)
     dtype, shape = _natural_shape(regions, page_bytes, align, segments)
     return Buffer(name=name, regions=tuple(regions), page_bytes=page_bytes, align=align,
-                  page_bytes_name=f"{name.upper()}_PAGE_BYTES", torch_dtype=dtype, shape=shape)
+                  page_bytes_name=f"{name.upper()}_PAGE_BYTES", torch_dtype=dtype, shape=shape, shared=any(with_plane))
 
 
 def _inline_region(records: Region, buffer: str, g: ScaleGroup, at: Expr) -> Region:
@@ -526,12 +543,13 @@ def _inline_region(records: Region, buffer: str, g: ScaleGroup, at: Expr) -> Reg
 
 def _base_extents(kind, ctx, holds) -> dict:
     P = sym(PAGE_SIZE)
+    plane = {"plane": const(ctx["planes"])}       # a buffer that holds every plane
     if kind == "records":
-        return {"slot": P, "head": ctx["heads"]}
+        return {"slot": P, "head": ctx["heads"], **plane}
     g = ctx["groups"][holds]
     if kind == "values":
-        return {"slot": P, "head": ctx["heads"], "scale": g.padded_count}
-    return {"block": P // g.size, "head": ctx["heads"], "dim": ctx["values"]}
+        return {"slot": P, "head": ctx["heads"], "scale": g.padded_count, **plane}
+    return {"block": P // g.size, "head": ctx["heads"], "dim": ctx["values"], **plane}
 
 
 def _terms(rt, where, kind, extents, ctx, buffer, holds):
@@ -542,7 +560,13 @@ def _terms(rt, where, kind, extents, ctx, buffer, holds):
     for j, text in enumerate(order):
         mark = order.item_mark(j)
         coord, op, n = _COORD.fullmatch(text).groups()
-        if coord not in wanted:
+        if coord == "plane":
+            if ctx["planes"] == 1:
+                raise SpecError(mark, f"{where}.order[{j}]: 'plane' orders the planes of a buffer that holds several, "
+                                "and this layout has one", "remove 'plane'")
+            if op is not None:
+                raise SpecError(mark, f"{where}.order[{j}]: 'plane' cannot be split", "keep 'plane' whole")
+        elif coord not in wanted:
             raise SpecError(mark, f"{where}.order[{j}]: {coord!r} is not a coordinate of {holds}",
                             f"{holds} regions are ordered by {', '.join(wanted)}")
         n = int(n) if n else None
@@ -597,13 +621,20 @@ def _natural_shape(regions, page_bytes: Expr, align: int, segments):
     if len(regions) == 1 and align == 1:
         r = regions[0]
         dims = tuple(t.extent for t in r.terms)
+
+        def row(width):
+            """dims and the innermost width; a trailing plane joins the width: a (slot, head)'s row
+            of every plane's record, as vLLM's per-token-head K|V rows."""
+            if r.terms[-1].coord == "plane":
+                return dims[:-1] + (dims[-1] * width,)
+            return dims + (width,)
         if r.holds == "records":
             # a record of one fp8 segment (no scales inside it) is that segment's values
             if len(segments) == 1 and segments[0].element is not None and segments[0].element.packing == 1 and not inline:
-                return segments[0].element.torch_dtype, dims + (segments[0].values,)
-            return "uint8", dims + (r.element_bytes,)
+                return segments[0].element.torch_dtype, row(segments[0].values)
+            return "uint8", row(r.element_bytes)
         one_byte = r.element_bytes.is_const and r.element_bytes.const_value() == 1
-        return "uint8", dims if one_byte else dims + (r.element_bytes,)     # every scale's bytes (fp32: 4)
+        return "uint8", dims if one_byte else row(r.element_bytes)     # every scale's bytes (fp32: 4)
     return "uint8", (page_bytes,)
 
 

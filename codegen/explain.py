@@ -30,11 +30,21 @@ def default_sizes(layout: Layout) -> dict:
 _GIVEN_PER = "one per plane or per head, given at call time"
 
 
+def _plane_buffers(layout: Layout) -> str:
+    """Which buffers are one tensor per plane and which hold every plane."""
+    shared = [b.name for b in layout.buffers if b.shared]
+    if not shared:
+        return "each has its own buffers"
+    if len(shared) == len(layout.buffers):
+        return "every buffer holds them all"
+    return f"{', '.join(shared)} hold(s) them all; each has its own of the other buffers"
+
+
 def explain(layout: Layout, sizes: dict) -> str:
     env = dict(sizes)
     ev = _ev(layout, env)
     lines = [f"{layout.name} ({layout.spec_path}) at page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]}",
-             f"planes: {', '.join(layout.planes)} (each has its own buffers)",
+             f"planes: {', '.join(layout.planes)} ({_plane_buffers(layout)})",
              f"record: {ev(layout.record_bytes)} bytes per token and head"]
     for start, end, s, inline in layout.record_parts:
         start, end = ev(start), ev(end)
@@ -71,12 +81,12 @@ def explain(layout: Layout, sizes: dict) -> str:
                          f"x {ev(r.element_bytes)} B; strides {strides}")
         if page_bytes > used:
             lines.append(f"  bytes [{used:>7}, {page_bytes:>7})  padding (never written)")
-    lines.append("sample slots (head 0):")
+    lines.append(f"sample slots (head 0, plane {layout.planes[0]}):")
     page_size = env[PAGE_SIZE]
     samples = sorted({0, 1, page_size - 1, page_size + 1, 3 * page_size + page_size // 2 + 1})[:SAMPLE_SLOTS + 1]
     for loc in samples:
         page, slot = divmod(loc, page_size)
-        coords = {"slot": slot, "head": 0, "page": page}
+        coords = {"slot": slot, "head": 0, "page": page, "plane": 0}
         parts = []
         rec = layout.records
         parts.append(f"record at {rec.buffer.name}+{ev(rec.offset(coords))}")

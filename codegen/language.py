@@ -25,7 +25,7 @@ RAW_DTYPES = tuple(formats.RAW_DTYPES)
 SCALE_FORMATS = tuple(formats.SCALE_FORMATS)
 SCALE_RULES = formats.RULES
 OPS = ("gather_dequant", "quantize_store", "quantize", "dequantize", "append")
-COORDINATE = r"(slot|head|scale|dim|block)( (%|//) [1-9][0-9]*)?"
+COORDINATE = r"(slot|head|scale|dim|block|plane)( (%|//) [1-9][0-9]*)?"
 
 SEGMENT = Obj(title="a record segment", fields={
     "name": Field(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), "name of this run of values (e.g. nope, rope)"),
@@ -96,8 +96,10 @@ REGION = Obj(title="a page region", fields={
                           min_items=1, unique=True),
                    "the region's byte order inside one page, outermost first: records use slot and head; {values} scales "
                    "use slot, head, scale; {tokens} scales use block, head, dim. 'slot % N' and 'slot // N' split a "
-                   "coordinate (both must appear); slot, head and scale split, block and dim do not "
-                   "(e.g. FlashInfer's 128x4 tiles: [head, scale // 4, slot % 32, slot // 32, scale % 4])"),
+                   "coordinate (both must appear); slot, head and scale split, block, dim and plane do not "
+                   "(e.g. FlashInfer's 128x4 tiles: [head, scale // 4, slot % 32, slot // 32, scale % 4]). 'plane' "
+                   "(every region of the buffer, or none) makes the buffer one tensor that holds every plane, e.g. "
+                   "[slot, head, plane]: a (slot, head)'s K record, then its V record"),
 })
 
 SLOTS = Obj(title="slot rules", fields={
@@ -114,9 +116,11 @@ LAUNCH = Obj(title="launch knobs of one op", fields={
     "elements": Field(Int(minimum=32, maximum=MAX_TILE), "values one program handles per step (a power of two); sets tokens per program", None),
     "block_tokens": Field(OneOf((Int(minimum=1, maximum=MAX_BLOCK), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
-    "head_rows": Field(Bool(), "quantize_store: a program's rows are (token, head) pairs, every head of its tokens, so that "
-                       "adjacent records of a token's heads are written at once (small records that do not fill whole "
-                       "32-byte sectors); false: one head's tokens per program. Not with call-time scales", None),
+    "head_rows": Field(Bool(), "quantize_store: a program's rows are (token, head) pairs, every head of its tokens, and it "
+                       "writes them for every plane, so that a token's adjacent records are written at once (small "
+                       "records that do not fill whole 32-byte sectors); false: one (plane, head)'s tokens per program. "
+                       "Fixed when the module is generated (it decides the kernel's code; not in LAUNCH). Not with "
+                       "call-time scales", None),
     "lane_group": Field(Int(minimum=1, maximum=MAX_BLOCK), "gather_dequant: (plane, head) lanes whose programs run side by side, token block "
                         "by token block (at most this many: the largest divisor of the lanes)", None),
     "columns": Field(Int(minimum=1, maximum=MAX_BLOCK), "append: value indices per program of blocks with several new rows (a power of two)", None),
@@ -160,8 +164,8 @@ LAYOUT = Obj(title="a layout spec", fields={
                     "stored inline ({scales: <group>})"),
     "scales": Field(MapOf(SCALE_GROUP), "scale groups by name", {}),
     "buffers": Field(MapOf(ListOf(REGION, min_items=1), min_items=1),
-                     "the cache tensors of one plane, by name; each is a run of pages and each page the listed regions "
-                     "in order"),
+                     "the cache tensors of one plane (or, with a 'plane' coordinate, of all planes), by name; each is a "
+                     "run of pages and each page the listed regions in order"),
     "ops": Field(ListOf(Str(enum=OPS), min_items=1, unique=True), "the operations to generate"),
     "tuning": Field(TUNING, "launch shape per op, overriding kvlayout's defaults (see bench/RESULTS.md)", {}),
 })

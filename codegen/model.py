@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from .expr import Expr, NextPow2, RoundUp, const, contains, next_pow2
 from .formats import FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
 
+# Launch knobs that shape a kernel's code, fixed when its module is generated (not in LAUNCH).
+GENERATION_KNOBS = ("head_rows",)
+
 # Call-time symbols and what they mean.
 PAGE_SIZE = "page_size"
 HEADS = "heads"
@@ -209,6 +212,7 @@ class Buffer:
     page_bytes_name: str          # constexpr name carrying page_bytes
     torch_dtype: str              # dtype alloc_cache gives it
     shape: tuple                  # Expr per dim after num_pages (alloc_cache's natural shape)
+    shared: bool = False          # one tensor for every plane (its regions order a `plane` coordinate)
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,11 @@ class Placement:
             if t.coord in skip:
                 continue
             var = names.get(t.coord, t.coord)
+            if var == "0":                  # a coordinate the caller fixes at 0 (plane k) adds nothing
+                continue
+            if var == "1" and t.op is None:
+                parts.append(f"{prefix}{t.const_name}")
+                continue
             expr = var if t.op is None else f"({var} {t.op} {t.n})"
             parts.append(f"{expr} * {prefix}{t.const_name}")
         return " + ".join(parts)
@@ -296,6 +305,18 @@ class Layout:
     runtime_checks: tuple = field(default=())   # (Expr, n, message): geometry() checks Expr % n == 0
 
     # -- lookups used by templates -------------------------------------------------------
+    @property
+    def head_rows(self) -> bool:
+        """quantize_store's programs take (token, head) rows and write every plane (the spec's
+        tuning.quantize_store.head_rows, fixed when the module is generated)."""
+        return bool(self.launch.get("quantize_store", {}).get("head_rows"))
+
+    @property
+    def runtime_launch(self) -> dict:
+        """The launch knobs as the module's LAUNCH holds them: those its host code reads per call
+        (not head_rows, which decides the kernel's code)."""
+        return {op: {k: v for k, v in knobs.items() if k not in GENERATION_KNOBS} for op, knobs in self.launch.items()}
+
     @property
     def size_checks(self) -> tuple:
         """(Expr, n, message, argument) of each runtime check: geometry() raises unless Expr % n == 0,
@@ -367,7 +388,7 @@ class Layout:
             return None
         where = self.scales_of(group.name)
         others = [t.const_name for t in where.terms if t.coord not in ("block", "dim")]
-        fields = tuple(i * len(self.buffers) + where.index for i in range(len(self.planes)))
+        fields = tuple(dict.fromkeys(self.field_index(p, where.buffer) for p in self.planes))
         return (group.size, where.stride_name("block"), where.stride_name("dim"), fields,
                 (where.buffer.page_bytes_name, where.region.offset_name, *others))
 
@@ -382,7 +403,7 @@ class Layout:
     @property
     def record_fields(self) -> tuple:
         """The index in the Cache tuple of each plane's records tensor."""
-        return tuple(i * len(self.buffers) + self.records.index for i in range(len(self.planes)))
+        return tuple(dict.fromkeys(self.field_index(p, self.records.buffer) for p in self.planes))
 
     @property
     def record_word_aligned(self) -> list:
@@ -427,10 +448,36 @@ class Layout:
         used.add(PAGE_SIZE)
         return tuple(s for s in (PAGE_SIZE, HEADS, VALUES) if s in used)
 
+    @staticmethod
+    def field(plane: str, buffer: Buffer) -> str:
+        """The Cache field of a plane's buffer: <plane>_<buffer>, or <buffer> for one that holds every plane."""
+        return buffer.name if buffer.shared else f"{plane}_{buffer.name}"
+
     @property
     def cache_fields(self) -> tuple:
-        """(field name, plane, buffer) for every tensor of the Cache tuple, plane-major."""
-        return tuple((f"{p}_{b.name}", p, b) for p in self.planes for b in self.buffers)
+        """(field name, plane, buffer) for every tensor of the Cache tuple, plane-major; a buffer that
+        holds every plane is one field, at its first plane's place (plane: None)."""
+        out = {}
+        for p in self.planes:
+            for b in self.buffers:
+                out.setdefault(self.field(p, b), (None if b.shared else p, b))
+        return tuple((f, p, b) for f, (p, b) in out.items())
+
+    def field_index(self, plane: str, buffer: Buffer) -> int:
+        """The index in the Cache tuple of a plane's buffer."""
+        return [f for f, _, _ in self.cache_fields].index(self.field(plane, buffer))
+
+    @property
+    def plane_fields(self) -> tuple:
+        """Per plane, the Cache index of each of its buffers (in buffer order): the references' _REF_PLANE_FIELDS."""
+        return tuple(tuple(self.field_index(p, b) for b in self.buffers) for p in self.planes)
+
+    @property
+    def row_planes(self) -> int:
+        """Planes whose records share one row of the records tensor's last dim (a trailing `plane`
+        coordinate: vLLM's K|V rows), else 1: what a reader divides that dim by."""
+        last = self.records.terms[-1]
+        return len(self.planes) if last.coord == "plane" else 1
 
     @property
     def page_bytes_names(self) -> tuple:
@@ -444,7 +491,8 @@ class Layout:
         gather_dequant and dequantize), encode (fp8 encoders), decode, amax (amax, scale rules and
         power-of-two scaling, for stored scales), scale_writes / scale_reads / cache_scales (stored
         scales written, read, addressed in the cache), given_checks / given_writes (call-time scales), store_checks,
-        out_checks (gather's outputs the caller passes), launch_shape, lane_group, slot_blocks (a gather's
+        out_checks (gather's outputs the caller passes), launch_shape, lane_group, head_rows / lane_rows
+        (quantize_store's rows: (token, head) pairs, or one lane's tokens), slot_blocks (a gather's
         block of slots), round_up (a page padded
         to `align`), the segment walks (runtime/segments.py names, store_raw, load_raw), the element
         and scale formats' functions (runtime/codes.py names) and each op's name (its reference)."""
@@ -465,6 +513,8 @@ class Layout:
                 need.add("load_raw")
         if reads:
             need.add("read_values")
+        if "quantize_store" in ops:
+            need.add("head_rows" if self.head_rows else "lane_rows")   # how its programs take rows
         if "gather_dequant" in ops:
             need |= {"out_checks", "lane_group"}
             if self.scale_kind == "tokens":

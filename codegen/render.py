@@ -108,7 +108,7 @@ RUNTIME_OPTIONAL = {
                 "_ref_written": ("quantize_store", "append"), "_ref_quantize_store": "quantize_store",
                 "_ref_gather_dequant": "gather_dequant", "_ref_quantize": "quantize", "_ref_dequantize": "dequantize",
                 "_ref_append": "append"},
-    "slots": {"_slot_written": "store_checks", "_program_tokens": "quantize_store", "_head_rows": "quantize_store", "_write_targets": "quantize_store",
+    "slots": {"_slot_written": "store_checks", "_program_tokens": "lane_rows", "_head_rows": "head_rows", "_write_targets": "quantize_store",
               "_grouped_lane_tokens": "gather_dequant", "_read_targets": "gather_dequant", "_block_in_page": "slot_blocks",
               "_row_offset": ("quantize_store", "gather_dequant")},
     "reset": {},

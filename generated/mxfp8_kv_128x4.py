@@ -52,7 +52,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
 # Launch shape per op (kvlayout's H200-measured defaults, or the spec's `tuning`).
 LAUNCH = {
-    "quantize_store": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'head_rows': False, 'dependent_launch': False, 'early_release': False},
+    "quantize_store": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
     "gather_dequant": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'lane_group': 4, 'dependent_launch': False, 'early_release': False},
     "quantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
     "dequantize": {'elements': 4096, 'block_tokens': None, 'num_warps': 4, 'dependent_launch': False, 'early_release': False},
@@ -910,15 +910,6 @@ def _program_tokens(BLOCK_T: tl.constexpr):
 
 
 @triton.jit
-def _head_rows(BLOCK_T: tl.constexpr, HEADS: tl.constexpr):
-    """(lane, token, head) of a writer program whose BLOCK_T rows are (token, head) pairs, every head
-    of a token in turn (grid axis 0 counts blocks of rows, axis 1 the planes; lane = plane * HEADS):
-    consecutive heads' records, adjacent in a page, are written by one program at once."""
-    row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    return tl.program_id(1) * HEADS, row // HEADS, row % HEADS
-
-
-@triton.jit
 def _grouped_lane_tokens(LANE_GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
     """(lane, token rows) of a gather program. Programs go LANE_GROUP lanes at a time (grid axis 1 is
     the group): within a group the lanes of one block of rows are adjacent, then the next block."""
@@ -1088,7 +1079,7 @@ def _quantize_store_kernel(
     v_ptr, v_stride_t, v_stride_h,
     loc_ptr, n_tokens, num_slots,
     k_cache_ptr, k_sf_ptr, v_cache_ptr, v_sf_ptr,
-    BLOCK_T: tl.constexpr, HEAD_ROWS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
+    BLOCK_T: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
     X_CHUNK: tl.constexpr,
     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr, RECORD_BYTES: tl.constexpr,
     X_TILES: tl.constexpr, DENSE_SCALES: tl.constexpr, DENSE_SCALE_BYTES: tl.constexpr,
@@ -1098,19 +1089,14 @@ def _quantize_store_kernel(
     SF_X_SCALE_DIV4_STRIDE: tl.constexpr, SF_X_SLOT_MOD32_STRIDE: tl.constexpr,
     SF_X_SLOT_DIV32_STRIDE: tl.constexpr, SF_X_SCALE_MOD4_STRIDE: tl.constexpr,
 ):
-    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot
-    (HEAD_ROWS: BLOCK_T (token, head) rows of one plane instead, see _head_rows)."""
+    """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
     _wait_for_previous(PDL, EARLY_RELEASE)
-    if HEAD_ROWS:
-        lane, token, head = _head_rows(BLOCK_T, HEADS)
-    else:
-        token = _program_tokens(BLOCK_T)
-        lane = tl.program_id(1)
-        head = lane % HEADS
+    token = _program_tokens(BLOCK_T)
+    head = tl.program_id(1) % HEADS
     in_range = token < n_tokens
     # Negative slots, slots past the cache and the sink slot are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
-    plane = lane // HEADS
+    plane = tl.program_id(1) // HEADS
     if plane == 0:
         x_row = _row_offset(token, head, k_stride_t, k_stride_h)
         records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
@@ -1159,12 +1145,10 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
     n_tokens, heads, values = srcs[0].shape
     plan = _plan_for(_quantize_store_kernel, tensors, loc.device)
     if n_tokens:
-        head_rows = LAUNCH["quantize_store"]["head_rows"]    # rows are (token, head) pairs, lanes the planes
-        rows, lanes = (n_tokens * heads, len(PLANES)) if head_rows else (n_tokens, len(PLANES) * heads)
-        launch = _launch_shape("quantize_store", values, _rows_cap(rows, lanes, loc.device))
-        grid = (_cdiv(rows, launch["BLOCK_T"]), lanes)
+        launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
+        grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache)
-        constexprs = dict(HEAD_ROWS=head_rows, **_chain("quantize_store", loc.device, pdl), **launch, **geo)
+        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo)
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan)
 
@@ -1694,8 +1678,8 @@ def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
 
 
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
-    """The uint8 view of a plane's `index`-th Cache field."""
-    return _ref_bytes(cache[plane * (len(Cache._fields) // len(PLANES)) + index])
+    """The uint8 view of the Cache field holding a plane's `index`-th buffer."""
+    return _ref_bytes(cache[_REF_PLANE_FIELDS[plane][index]])
 
 
 def _ref_written(loc: torch.Tensor, num_pages: int, page_size: int) -> torch.Tensor:
@@ -1716,9 +1700,9 @@ def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
     return rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=rec_row.device)
 
 
-def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.Tensor:
-    """Byte addresses of a segment's scales for each (slot, head) row: (..., seg.tiles)."""
-    first = seg.scale_row(G, page, slot, head, block)[..., None]
+def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) -> torch.Tensor:
+    """Byte addresses of a segment's scales for each (slot, head) row of a plane: (..., seg.tiles)."""
+    first = seg.scale_row(G, plane, page, slot, head, block)[..., None]
     entry = torch.arange(seg.tiles, device=first.device)
     if seg.scale_split == 1:
         return first + entry * seg.scale_stride
@@ -1736,7 +1720,7 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, s
     for plane, x in enumerate(srcs):
         x = x[token]                                                   # (n, heads, values)
         records = _ref_plane_fields(cache, plane, _REF_RECORDS)
-        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        rec_row = _ref_record_row(G, plane, page, slot, head)[..., None]
         for seg in segments:
             if seg.group is None:
                 raw = _ref_cast(x[..., seg.columns], seg.raw, computed=False).contiguous().view(torch.uint8)
@@ -1749,7 +1733,7 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, s
             codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
-                             _ref_scale_addresses(seg, G, page, slot, head, block), scale)
+                             _ref_scale_addresses(seg, G, plane, page, slot, head, block), scale)
 
 
 def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, scales: tuple = ()):
@@ -1762,7 +1746,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
     segments = _ref_segments(G)
     for plane, o in enumerate(outs):
         records = _ref_plane_fields(cache, plane, _REF_RECORDS)
-        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        rec_row = _ref_record_row(G, plane, page, slot, head)[..., None]
         for seg in segments:
             if seg.group is None:
                 raw = torch.where(ok, records[_ref_segment_bytes(seg, rec_row)].view(seg.raw), 0.0)
@@ -1773,7 +1757,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 x = _ref_codes(seg, codes) * _ref_given_scale(seg, scales, plane)
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
-                                        _ref_scale_addresses(seg, G, page, slot, head, block))
+                                        _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
@@ -1817,8 +1801,9 @@ def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dt
 _CODE_DTYPES = {
     "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F, 8),
 }
-# The records' Cache field within a plane.
+# The records' buffer within a plane, and each plane's Cache field of each buffer.
 _REF_RECORDS = 0
+_REF_PLANE_FIELDS = ((0, 1), (2, 3))
 # dtypes of quantize's (data, scale).
 _REF_DENSE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
 # Scale groups: the rule and the stored format.
@@ -1832,12 +1817,12 @@ _REF_GROUPS = {
 }
 
 
-def _ref_record_row(G, page, slot, head):
-    """Byte address of the record of (page, slot, head) in its plane's records buffer."""
+def _ref_record_row(G, plane, page, slot, head):
+    """Byte address of the record of (page, slot, head) in plane `plane`'s records buffer."""
     return page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE
 
 
-def _ref_x_row(G, page, slot, head, block):
+def _ref_x_row(G, plane, page, slot, head, block):
     """Byte address of group x's first scale entry of (page, slot, head) in its buffer."""
     return page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + (slot % 32) * G.SF_X_SLOT_MOD32_STRIDE + (slot // 32) * G.SF_X_SLOT_DIV32_STRIDE
 

@@ -2153,8 +2153,8 @@ def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
 
 
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
-    """The uint8 view of a plane's `index`-th Cache field."""
-    return _ref_bytes(cache[plane * (len(Cache._fields) // len(PLANES)) + index])
+    """The uint8 view of the Cache field holding a plane's `index`-th buffer."""
+    return _ref_bytes(cache[_REF_PLANE_FIELDS[plane][index]])
 
 
 def _ref_written(loc: torch.Tensor, num_pages: int, page_size: int) -> torch.Tensor:
@@ -2175,9 +2175,9 @@ def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
     return rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=rec_row.device)
 
 
-def _ref_scale_addresses(seg: _RefSegment, G, page, slot, head, block) -> torch.Tensor:
-    """Byte addresses of a segment's scales for each (slot, head) row: (..., seg.tiles)."""
-    first = seg.scale_row(G, page, slot, head, block)[..., None]
+def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) -> torch.Tensor:
+    """Byte addresses of a segment's scales for each (slot, head) row of a plane: (..., seg.tiles)."""
+    first = seg.scale_row(G, plane, page, slot, head, block)[..., None]
     entry = torch.arange(seg.tiles, device=first.device)
     if seg.scale_split == 1:
         return first + entry * seg.scale_stride
@@ -2194,7 +2194,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
     segments = _ref_segments(G)
     for plane, o in enumerate(outs):
         records = _ref_plane_fields(cache, plane, _REF_RECORDS)
-        rec_row = _ref_record_row(G, page, slot, head)[..., None]
+        rec_row = _ref_record_row(G, plane, page, slot, head)[..., None]
         for seg in segments:
             if seg.group is None:
                 raw = torch.where(ok, records[_ref_segment_bytes(seg, rec_row)].view(seg.raw), 0.0)
@@ -2205,7 +2205,7 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 x = _ref_codes(seg, codes) * _ref_given_scale(seg, scales, plane)
             else:
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
-                                        _ref_scale_addresses(seg, G, page, slot, head, block))
+                                        _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
@@ -2246,20 +2246,20 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
         for plane, x in enumerate(srcs):
             records = _ref_plane_fields(cache, plane, _REF_RECORDS)
             scales = _ref_plane_fields(cache, plane, seg.scale_field)
-            sc_addr = seg.scale_row(G, page, None, head, block) + dim * seg.scale_stride   # (heads, values)
+            sc_addr = seg.scale_row(G, plane, page, None, head, block) + dim * seg.scale_stride   # (heads, values)
             stored = scales[sc_addr].to(torch.int32) - g.bias
             rows = x[hit].to(torch.float32)                                              # (hits, heads, values)
             exponent_new = _ref_exponent(g, _ref_magnitude_bits(rows).amax(0))
             exponent_old = torch.full_like(stored, g.exponent_lo) if fresh else stored
             exponent = torch.maximum(exponent_old, exponent_new)
             # kept slots of a block in use: rescale the columns whose exponent grew (a fresh block's are stale)
-            kept_row = _ref_record_row(G, page, kept_slot[:, None, None], head) + seg.byte_offset + dim   # (kept, heads, values)
+            kept_row = _ref_record_row(G, plane, page, kept_slot[:, None, None], head) + seg.byte_offset + dim   # (kept, heads, values)
             grew = (exponent > exponent_old)[None].expand(kept_row.shape) & (not fresh)
             old = _ref_decode(records[kept_row], seg.code) * _ref_exp2i(exponent_old - exponent)
             records[kept_row[grew]] = _ref_encode(old, seg.code)[grew]
             # new rows at the block's exponent
             multiplier = torch.where(exponent > g.exponent_max, 0.0, _ref_exp2i(-exponent))
-            new_row = _ref_record_row(G, page, new_slots[:, None, None], head) + seg.byte_offset + dim
+            new_row = _ref_record_row(G, plane, page, new_slots[:, None, None], head) + seg.byte_offset + dim
             records[new_row] = _ref_encode(rows * multiplier, seg.code)
             scales[sc_addr] = (exponent + g.bias).to(torch.uint8)
 
@@ -2268,8 +2268,9 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
 _CODE_DTYPES = {
     "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F, 8),
 }
-# The records' Cache field within a plane.
+# The records' buffer within a plane, and each plane's Cache field of each buffer.
 _REF_RECORDS = 0
+_REF_PLANE_FIELDS = ((0, 1),)
 # Scale groups: the rule and the stored format.
 _REF_GROUPS = {
     "x": _RefGroup(
@@ -2281,12 +2282,12 @@ _REF_GROUPS = {
 }
 
 
-def _ref_record_row(G, page, slot, head):
-    """Byte address of the record of (page, slot, head) in its plane's records buffer."""
+def _ref_record_row(G, plane, page, slot, head):
+    """Byte address of the record of (page, slot, head) in plane `plane`'s records buffer."""
     return page * G.CACHE_PAGE_BYTES + G.CACHE_RECORDS_OFFSET + slot * G.CACHE_RECORDS_SLOT_STRIDE + head * G.CACHE_RECORDS_HEAD_STRIDE
 
 
-def _ref_x_row(G, page, slot, head, block):
+def _ref_x_row(G, plane, page, slot, head, block):
     """Byte address of group x's first dim entry of (page, block, head) in its buffer."""
     return page * G.SF_PAGE_BYTES + G.SF_X_OFFSET + head * G.SF_X_HEAD_STRIDE + block * G.SF_X_BLOCK_STRIDE
 

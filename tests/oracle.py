@@ -190,6 +190,14 @@ class Spec:
         self.buffers = t["buffers"]
         self.ops = t["ops"]
 
+    def shared(self, buffer: str) -> bool:
+        """A buffer that holds every plane: its regions order a `plane` coordinate."""
+        return any(parse_term(o)[0] == "plane" for r in self.buffers[buffer] for o in r["order"])
+
+    def field(self, plane: str, buffer: str) -> str:
+        """The Cache field holding a plane's buffer."""
+        return buffer if self.shared(buffer) else f"{plane}_{buffer}"
+
     # sizes ------------------------------------------------------------------------------------------
     def segment_values(self, seg, values: int) -> int:
         return values if seg["values"] == "any" else seg["values"]
@@ -236,12 +244,13 @@ class Spec:
         return 1 if self.scales[name]["format"] == "ue8m0" else 4
 
     def extents(self, holds: str, page: int, heads: int, values: int) -> dict:
+        planes = {"plane": len(self.planes)}
         if holds == "records":
-            return {"slot": page, "head": heads}
+            return {"slot": page, "head": heads, **planes}
         kind, size = self.group_of(holds)
         if kind == "values":
-            return {"slot": page, "head": heads, "scale": self.scale_entries(holds, values)}
-        return {"block": page // size, "head": heads, "dim": values}
+            return {"slot": page, "head": heads, "scale": self.scale_entries(holds, values), **planes}
+        return {"block": page // size, "head": heads, "dim": values, **planes}
 
     def element_size(self, holds: str, values: int) -> int:
         return self.record_bytes(values) if holds == "records" else self.scale_bytes(holds)
@@ -331,14 +340,19 @@ class CacheBytes:
         self.bytes = {}
         for plane in spec.planes:
             for buffer in spec.buffers:
-                t = getattr(cache, f"{plane}_{buffer}")
+                field = spec.field(plane, buffer)
+                if field in self.bytes:                 # a buffer of every plane: one array for all
+                    self.bytes[plane, buffer] = self.bytes[field]
+                    continue
+                t = getattr(cache, field)
                 flat = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().copy()
                 page_bytes = spec.page_bytes(buffer, page, heads, values)
-                assert flat.size % page_bytes == 0, f"{plane}_{buffer}: {flat.size} bytes, pages of {page_bytes}"
-                self.bytes[plane, buffer] = flat
+                assert flat.size % page_bytes == 0, f"{field}: {flat.size} bytes, pages of {page_bytes}"
+                self.bytes[plane, buffer] = self.bytes[field] = flat
         self.num_pages = flat.size // page_bytes
 
     def at(self, plane: str, holds: str, page_id: int, coords: dict) -> int:
+        coords = {**coords, "plane": self.spec.planes.index(plane)}
         buffer, offset = self.spec.position(holds, coords, self.page, self.heads, self.values)
         return page_id * self.spec.page_bytes(buffer, self.page, self.heads, self.values) + offset, buffer
 
@@ -356,7 +370,8 @@ class CacheBytes:
         """The bytes as tensors shaped like `like`'s (a Cache), in its field order."""
         out = []
         for field, t in zip(like._fields, like):
-            plane, buffer = next((p, b) for p in self.spec.planes for b in self.spec.buffers if f"{p}_{b}" == field)
+            plane, buffer = next((p, b) for p in self.spec.planes for b in self.spec.buffers
+                                 if self.spec.field(p, b) == field)
             raw = torch.from_numpy(self.bytes[plane, buffer].copy())
             out.append(raw.view(t.dtype).view(t.shape) if t.element_size() == 1 else raw.view(t.dtype).view(t.shape))
         return out

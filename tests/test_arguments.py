@@ -90,18 +90,19 @@ def test_size_errors_name_the_tensor_that_gave_the_size():
            m.quantize_store, rows, rows, torch.arange(2, device=DEVICE), cache, 32)
 
 
-def test_a_records_width_counts_its_inline_scale():
-    """vllm_fp8_per_token_head: a records row is head_size codes and a 4-byte fp32 scale, so a reader
-    takes head_size from its last dim less 4, which must leave values that keep the scale aligned."""
+def test_a_records_width_counts_its_planes_and_inline_scales():
+    """vllm_fp8_per_token_head: a row of the last dim is K's and V's records, each head_size codes
+    and a 4-byte fp32 scale, so a reader takes head_size from half that dim less 4, which must leave
+    values that keep the scales aligned."""
     m = module("vllm_fp8_per_token_head")
     ids = torch.arange(2, device=DEVICE)
-    for width, error in ((70, r"cache\.k_cache: shape \(1, 8, 2, 70\): values: the value count must be a multiple of 4"),
-                         (4, r"cache\.k_cache: a last dim of 4 bytes holds no values besides the record's 4 scale bytes")):
-        bad = [torch.zeros(1, 8, 2, width, dtype=torch.uint8, device=DEVICE) for _ in range(2)]
-        raises(error, m.gather_dequant, m.Cache(*bad), ids, 8)
+    for width, error in ((140, r"cache\.kv_cache: shape \(1, 8, 2, 140\): values: the value count must be a multiple of 4"),
+                         (8, r"cache\.kv_cache: a last dim of 8 is not 2 record\(s\) of values and 4 scale bytes"),
+                         (137, r"cache\.kv_cache: a last dim of 137 is not 2 record\(s\)")):
+        raises(error, m.gather_dequant, m.Cache(torch.zeros(1, 8, 2, width, dtype=torch.uint8, device=DEVICE)), ids, 8)
     raises("values: the value count must be a multiple of 4", m.alloc_cache, 1, 8, heads=2, values=66)
     cache = m.alloc_cache(1, 8, heads=2, values=64, device=DEVICE)
-    assert cache.k_cache.shape == (1, 8, 2, 68)
+    assert cache.kv_cache.shape == (1, 8, 2, 136)
     assert m.gather_dequant(cache, ids, 8)[0].shape == (2, 2, 64)
 
 
@@ -236,7 +237,7 @@ def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
             assert len(m._PLANS[writer]) == 1 and len(m._PLANS["gather_dequant"]) == 1
             for helper in ("_prepare_store", "_prepare_gather"):   # from now on the ops must not run the checks
                 monkeypatch.setattr(m, helper, counted(getattr(m, helper), checked))
-    if len(m.PLANES) > 1:     # the same signature as `cache`, with the planes' records aliased
+    if len(m.Cache._fields) > 1:     # the same signature as `cache`, with two of its tensors aliased
         aliased = m.Cache(*(cache[0] if f == m.Cache._fields[len(cache) // 2] else t for f, t in zip(m.Cache._fields, cache)))
         with pytest.raises(ValueError, match="overlaps"):
             getattr(m, writer)(*rows, ids, aliased, page, **scales)

@@ -199,4 +199,4 @@ def test_results_summary_is_generated_from_the_bench_json():
     from bench import report
     text = report.render()
     assert (ROOT / "bench" / "RESULTS.md").read_text() == text, "run python -m bench.report"
-    assert len(text.splitlines()) <= 130      # one table row per layout, op and scenario: grows with the specs
+    assert len(text.splitlines()) <= 140      # one table row per layout, op and scenario: grows with the specs

@@ -113,5 +113,5 @@ def test_cache_sizes_match_the_oracle(name):
         cache = m.alloc_cache(2, p, heads=heads, values=values)
         for plane in spec.planes:
             for buffer in spec.buffers:
-                t = getattr(cache, f"{plane}_{buffer}")
+                t = getattr(cache, spec.field(plane, buffer))
                 assert t.numel() * t.element_size() == 2 * spec.page_bytes(buffer, p, heads, values), (name, buffer, p)

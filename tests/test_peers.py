@@ -466,14 +466,13 @@ def vllm_per_token_head_reference(x: torch.Tensor) -> tuple:
 
 
 def per_token_head_quantized(x: torch.Tensor) -> tuple:
-    """vllm_fp8_per_token_head's reference writer on rows x (tokens, heads, D), read back from the
-    records: (codes (tokens, heads, D), scales (tokens, heads))."""
+    """vllm_fp8_per_token_head's reference writer on rows x (tokens, heads, D) as K (V: -x), read back
+    from K's records: (codes (tokens, heads, D), scales (tokens, heads))."""
     m = module("vllm_fp8_per_token_head")
     tokens, heads, width = x.shape
     cache = m.alloc_cache(tokens, 1, heads=heads, values=width)
-    loc = torch.arange(tokens)
-    m.quantize_store_ref(x, x, loc, cache, 1)
-    records = cache.k_cache.view(tokens, heads, width + 4)
+    m.quantize_store_ref(x, -x, torch.arange(tokens), cache, 1)
+    records = cache.kv_cache.view(tokens, heads, 2, width + 4)[:, :, 0]
     return records[..., :width], records[..., width:].contiguous().view(torch.float32)[..., 0]
 
 
@@ -500,23 +499,27 @@ def test_vllm_fp8_per_token_head_differs_from_vllms_reference_by_its_reciprocal(
 
 
 def test_vllm_fp8_per_token_head_records_are_vllms_views():
-    """vLLM's reader views one plane's (num_blocks, block_size, heads, D + 4) uint8 cache as fp8
-    codes [..., :D] and an fp32 scale tensor as_strided over the same bytes (strides of the block,
-    slot and head in 4-byte units, offset D / 4: triton_attn.py's _ensure_scale_caches): both give
-    the values and scales the spec's writer stored."""
+    """vLLM's cache for this dtype: one (num_blocks, block_size, heads, 2 (D + 4)) uint8 tensor (NHD);
+    its writer and reader split the last dim into key_cache [..., :D + 4] and value_cache
+    [..., D + 4:], read as fp8 codes [..., :D], and their scales as fp32 tensors as_strided over the
+    same bytes (strides of the block, slot and head in 4-byte units, offsets D / 4 and (2 D + 4) / 4:
+    triton_attn.py's _pth_key_value_caches and _ensure_scale_caches). Both planes' codes and scales
+    there are those the spec's writer stored."""
     m = module("vllm_fp8_per_token_head")
     blocks, block_size, heads, width = 5, 16, 2, 96
     gen = generator(43)
     tokens = 50
-    x = scaled_normal((tokens, heads, width), gen)
+    key, value = scaled_normal((tokens, heads, width), gen), scaled_normal((tokens, heads, width), gen)
     loc = torch.randperm(blocks * block_size, generator=gen)[:tokens]
     cache = m.alloc_cache(blocks, block_size, heads=heads, values=width)
-    m.quantize_store_ref(x, x, loc, cache, block_size)
-    kv = cache.k_cache
-    assert kv.shape == (blocks, block_size, heads, width + 4) and kv.dtype == torch.uint8
+    m.quantize_store_ref(key, value, loc, cache, block_size)
+    kv = cache.kv_cache
+    assert kv.shape == (blocks, block_size, heads, 2 * (width + 4)) and kv.dtype == torch.uint8
+    key_cache, value_cache = kv.split(width + 4, -1)
     s0, s1, s2, _ = (s // 4 for s in kv.stride())
-    scale_view = torch.as_strided(kv.view(torch.float32), (blocks, block_size, heads), (s0, s1, s2), width // 4)
-    codes, scales = per_token_head_quantized(x)
     block, slot = loc // block_size, loc % block_size
-    assert torch.equal(kv[..., :width][block, slot], codes)
-    assert torch.equal(scale_view[block, slot].view(torch.int32), scales.view(torch.int32))
+    for view, offset, x in ((key_cache, width // 4, key), (value_cache, (2 * width + 4) // 4, value)):
+        scale_view = torch.as_strided(kv.view(torch.float32), (blocks, block_size, heads), (s0, s1, s2), offset)
+        codes, scales = per_token_head_quantized(x)       # x's records, as the writer stores them
+        assert torch.equal(view[..., :width][block, slot], codes)
+        assert torch.equal(scale_view[block, slot].view(torch.int32), scales.view(torch.int32))

@@ -11,6 +11,7 @@ from codegen.errors import SpecError
 from tests.harness import ROOT, SPECS
 
 SHIPPED = {name: (ROOT / "specs" / f"{name}.yaml").read_text() for name in SPECS}
+ZOO = {p.stem: p.read_text() for p in (ROOT / "tests" / "specs").glob("*.yaml")}
 
 
 def plain_values(text: str):
@@ -166,6 +167,23 @@ SEMANTIC = [
     ("head rows with call-time scales", edit(SHIPPED["vllm_fp8"], "quantize_store: {elements: 1024, num_warps: 2}",
                                              "quantize_store: {elements: 1024, num_warps: 2, head_rows: true}"),
      "vllm_fp8", ["tuning.quantize_store.head_rows", "call-time scales", "remove head_rows"]),
+    # buffers that hold every plane (a `plane` coordinate)
+    ("plane in a one-plane layout", edit(SHIPPED["dsv4_k"], "order: [slot, head]", "order: [slot, head, plane]"), "dsv4_k",
+     ["order[2]", "'plane' orders the planes", "remove 'plane'"]),
+    ("plane split", edit(SHIPPED["vllm_fp8_per_token_head"], "order: [slot, head, plane]", "order: [slot, head, plane % 2, plane // 2]"),
+     "vllm_fp8_per_token_head", ["order[2]", "'plane' cannot be split"]),
+    ("plane in some regions of a buffer", edit(SHIPPED["mxfp8_kv"].replace("  sf:                        # (num_pages, heads, 32, page_size / 32, values / 32) uint8\n", ""),
+                                               "- {holds: records, order: [slot, head]}", "- {holds: records, order: [plane, slot, head]}"),
+     "mxfp8_kv", ["buffers.cache[1].order", "every plane", "or in none"]),
+    ("a buffer of every plane named as a plane's field", edit(edit(SHIPPED["mxfp8_kv"], "  cache:", "  k_sf:"),
+                                                              "- {holds: records, order: [slot, head]}",
+                                                              "- {holds: records, order: [plane, slot, head]}"),
+     "mxfp8_kv", ["two buffers give the cache field name 'k_sf'", "rename a buffer"]),
+    ("a buffer of every plane named as a scale argument", edit(edit(SHIPPED["vllm_fp8"], "  cache:", "  k_scale:"),
+                                                               "order: [slot, head]}", "order: [slot, head, plane]}"),
+     "vllm_fp8", ["scales.scale", "k_scale", "already use"]),
+    ("append with a buffer of every plane", ZOO["zoo_tokens_kv"].replace("order: [slot, head]}", "order: [plane, slot, head]}"),
+     "zoo_tokens_kv", ["'append' is not available", "give each plane its own buffers"]),
     # call-time (given) scales
     ("given scale with a computed group", edit(SHIPPED["vllm_fp8"], "group: tensor", "group: {values: 32}"), "vllm_fp8",
      ["scales.scale", "covers a whole plane", "group: tensor"]),

@@ -35,11 +35,11 @@ def _program_tokens(BLOCK_T: tl.constexpr):
 
 @triton.jit
 def _head_rows(BLOCK_T: tl.constexpr, HEADS: tl.constexpr):
-    """(lane, token, head) of a writer program whose BLOCK_T rows are (token, head) pairs, every head
-    of a token in turn (grid axis 0 counts blocks of rows, axis 1 the planes; lane = plane * HEADS):
-    consecutive heads' records, adjacent in a page, are written by one program at once."""
+    """(token, head) of a writer program whose BLOCK_T rows are (token, head) pairs, every head of a
+    token in turn, and which writes them for every plane (grid axis 0 counts blocks of rows): the
+    records of a token's heads and planes, adjacent in a page, are written by one program at once."""
     row = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    return tl.program_id(1) * HEADS, row // HEADS, row % HEADS
+    return row // HEADS, row % HEADS
 
 
 @triton.jit
