@@ -138,6 +138,14 @@ def build_layout(tree, display: str, digest: str) -> Layout:
             if owners.setdefault(field, owner) != owner:
                 raise SpecError(tree.value_mark("buffers"), f"buffers: two buffers give the cache field name {field!r}",
                                 "rename a buffer")
+    # A buffer of every plane is a Cache field and a kernel argument <name>_ptr by its bare name.
+    taken = set(RESERVED_PLANES) | set(OP_PARAMETERS) | {"token_ids"} | set(planes) | {f"{p}_out" for p in planes}
+    for b in buffers:
+        if b.shared and (keyword.iskeyword(b.name) or b.name in taken
+                         or b.name.startswith(tuple(f"{p}_stride" for p in planes))):
+            raise SpecError(tree["buffers"].key_mark(b.name), f"buffers.{b.name}: a buffer that holds every plane is a "
+                            f"Cache field and kernel argument named {b.name!r}, a name the generated ops already use",
+                            "rename the buffer, e.g. kv_cache")
     for s in segments:
         if s.raw is not None:
             _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks)
@@ -458,9 +466,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                         f"so a scale covers a whole number of bytes: {{values: N}} with N a multiple of {packing}",
                         f"use {{values: {max(packing, g['size'] - g['size'] % packing)}}}")
     if packing > 1 and g["kind"] == "values" and isinstance(g["size"], int) and g["size"] & (g["size"] - 1):
+        fit = g["size"] & -g["size"]               # the largest power of two dividing the width
         raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {seg['dtype']} scale groups of {g['size']} values "
                         "are not supported (a packed walk splits a power-of-two group into byte pairs)",
-                        f"use {{values: {1 << (g['size'].bit_length() - 1)}}}")
+                        f"use {{values: {fit}}}, a power of two that divides {g['size']}")
     if g["kind"] == "tokens" and (g["format"].name != "ue8m0" or g["rule"] == "exact"):
         raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")

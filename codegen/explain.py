@@ -30,7 +30,7 @@ def default_sizes(layout: Layout) -> dict:
 _GIVEN_PER = "one per plane or per head, given at call time"
 
 
-def _plane_buffers(layout: Layout) -> str:
+def plane_buffers(layout: Layout) -> str:
     """Which buffers are one tensor per plane and which hold every plane."""
     shared = [b.name for b in layout.buffers if b.shared]
     if not shared:
@@ -44,7 +44,7 @@ def explain(layout: Layout, sizes: dict) -> str:
     env = dict(sizes)
     ev = _ev(layout, env)
     lines = [f"{layout.name} ({layout.spec_path}) at page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]}",
-             f"planes: {', '.join(layout.planes)} ({_plane_buffers(layout)})",
+             f"planes: {', '.join(layout.planes)} ({plane_buffers(layout)})",
              f"record: {ev(layout.record_bytes)} bytes per token and head"]
     for start, end, s, inline in layout.record_parts:
         start, end = ev(start), ev(end)
@@ -227,7 +227,7 @@ def svg(layout: Layout, sizes: dict) -> str:
     lines, y = [], 10
     s = m["sizes"]
     lines.append(f'<text x="{_LEFT}" y="{y + 14}" class="h">{_esc(layout.name)}: one page at page_size={s[PAGE_SIZE]}, '
-                 f'heads={s[HEADS]}, values={s[VALUES]} (planes: {", ".join(m["planes"])}, each with these buffers)</text>')
+                 f'heads={s[HEADS]}, values={s[VALUES]} (planes: {", ".join(m["planes"])}; {_esc(plane_buffers(layout))})</text>')
     y += 30
     cells = []
     for p in m["record"]:

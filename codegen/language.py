@@ -114,7 +114,7 @@ PAGE = Obj(title="page rules", fields={
 
 LAUNCH = Obj(title="launch knobs of one op", fields={
     "elements": Field(Int(minimum=32, maximum=MAX_TILE), "values one program handles per step (a power of two); sets tokens per program", None),
-    "block_tokens": Field(OneOf((Int(minimum=1, maximum=MAX_BLOCK), Null())), "tokens per program (a power of two); null: elements / values, fewer when a call is too small to give every SM a program", None),
+    "block_tokens": Field(OneOf((Int(minimum=1, maximum=MAX_BLOCK), Null())), "tokens per program (a power of two; with head_rows, (token, head) rows); null: elements / values, fewer when a call is too small to give every SM a program", None),
     "num_warps": Field(Int(minimum=1, maximum=32), "warps per program (append: of blocks with several new rows)", None),
     "head_rows": Field(Bool(), "quantize_store: a program's rows are (token, head) pairs, every head of its tokens, and it "
                        "writes them for every plane, so that a token's adjacent records are written at once (small "

@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 
 from . import language
+from .explain import plane_buffers
 from .formats import FP32_BIAS, FP32_MANTISSA_BITS
 from .model import Compat, Layout, op_params
 from .schema import field_rows
@@ -63,7 +64,7 @@ def _env() -> jinja2.Environment:
     env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"
     env.globals.update(FP32_BIAS=FP32_BIAS, FP32_MANTISSA_BITS=FP32_MANTISSA_BITS,
                        FP32_2POW_MINUS_127_BITS=1 << (FP32_MANTISSA_BITS - 1), op_params=op_params,
-                       runtime=runtime_source)
+                       runtime=runtime_source, plane_buffers=plane_buffers)
     return env
 
 

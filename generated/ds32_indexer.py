@@ -9,7 +9,7 @@ division), codes = x / scale.
 Record: 128 bytes per token and head, in byte order
   bytes [0, 128): k, 128 x fp8_e4m3fn (values [0, 128)), scaled by group k
 Scale group k: fp32, rule exact, one scale per 128 values (1 per token and head, stored as 1), amax floor 0.0001, exponent in [-127, 127]
-Buffers (one set per plane: k), each a run of pages:
+Buffers (planes k: each has its own buffers), each a run of pages:
   cache: page_size * 128 + page_size * 4 bytes per page
     at 0: records [slot, head] x 128 byte(s)
     at page_size * 128: k scales [slot, head, scale] x 4 byte(s)

@@ -11,7 +11,7 @@ Record: 656 bytes per token and head, in byte order
   bytes [512, 528): scales of group nope, 4 x fp32
   bytes [528, 656): rope, 64 x bf16 (values [512, 576))
 Scale group nope: fp32, rule rceil, one scale per 128 values (4 per token and head, stored as 4), exponent in [-13, 127]
-Buffers (one set per plane: k), each a run of pages:
+Buffers (planes k: each has its own buffers), each a run of pages:
   cache: page_size * 656 bytes per page
     at 0: records [slot, head] x 656 byte(s)
 Slots: negative slots and slots past the cache are never written (read as zeros).

@@ -10,7 +10,7 @@ page_size is a multiple of 32). Rule of FlashMLA's tests/quant.py, scale = 2^cei
 Record: 512 bytes per token and head, in byte order
   bytes [0, 512): kv, 512 x fp8_e4m3fn (values [0, 512)), scaled by group kv
 Scale group kv: ue8m0, rule rceil, one scale per 32 values (16 per token and head, stored as 16), exponent in [-13, 120]
-Buffers (one set per plane: k), each a run of pages:
+Buffers (planes k: each has its own buffers), each a run of pages:
   cache: _round_up(page_size * 512 + page_size * 16, 512) bytes per page (rounded up to a multiple of 512)
     at 0: records [slot, head] x 512 byte(s)
     at page_size * 512: kv scales [slot, head, scale] x 1 byte(s)

@@ -9,7 +9,7 @@ Record: 576 bytes per token and head, in byte order
   bytes [0, 448): nope, 448 x fp8_e4m3fn (values [0, 448)), scaled by group nope
   bytes [448, 576): rope, 64 x bf16 (values [448, 512))
 Scale group nope: ue8m0, rule rceil, one scale per 64 values (7 per token and head, stored as 8), amax floor 1e-08, exponent in [-127, 127]
-Buffers (one set per plane: k), each a run of pages:
+Buffers (planes k: each has its own buffers), each a run of pages:
   cache: _round_up(page_size * 576 + page_size * 8, 576) bytes per page (rounded up to a multiple of 576)
     at 0: records [slot, head] x 576 byte(s)
     at page_size * 576: nope scales [slot, head, scale] x 1 byte(s)

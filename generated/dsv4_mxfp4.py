@@ -13,7 +13,7 @@ Record: 368 bytes per token and head, in byte order
   bytes [224, 240): scales of group nope, 16 x ue8m0
   bytes [240, 368): rope, 64 x bf16 (values [448, 512))
 Scale group nope: ue8m0, rule nearest, one scale per 32 values (14 per token and head, stored as 16), exponent in [-127, 127]
-Buffers (one set per plane: k), each a run of pages:
+Buffers (planes k: each has its own buffers), each a run of pages:
   cache: page_size * 368 bytes per page
     at 0: records [slot, head] x 368 byte(s)
 Slots: negative slots and slots past the cache are never written (read as zeros).

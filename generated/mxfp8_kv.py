@@ -7,7 +7,7 @@ D/32); slot 0 is the CUDA-graph padding sink.
 Record: values bytes per token and head, in byte order
   bytes [0, values): x, values x fp8_e4m3fn (values [0, values)), scaled by group x
 Scale group x: ue8m0, rule rceil, one scale per 32 values (values // 32 per token and head, stored as values // 32), amax floor 1e-30, exponent in [-127, 127]
-Buffers (one set per plane: k, v), each a run of pages:
+Buffers (planes k, v: each has its own buffers), each a run of pages:
   cache: page_size * heads * values bytes per page
     at 0: records [slot, head] x values byte(s)
   sf: heads * (page_size // 32) * (values // 32) * 32 bytes per page

@@ -7,7 +7,7 @@ rescale the block's existing payload when its exponent grows.
 Record: values bytes per token and head, in byte order
   bytes [0, values): x, values x fp8_e4m3fn (values [0, values)), scaled by group x
 Scale group x: ue8m0, rule rceil, one scale per 32 tokens, amax floor 1e-30, exponent in [-127, 127]
-Buffers (one set per plane: v), each a run of pages:
+Buffers (planes v: each has its own buffers), each a run of pages:
   cache: page_size * heads * values bytes per page
     at 0: records [slot, head] x values byte(s)
   sf: heads * values * (page_size // 32) bytes per page

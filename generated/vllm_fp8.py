@@ -10,7 +10,7 @@ back as code * scale.
 Record: values bytes per token and head, in byte order
   bytes [0, values): x, values x fp8_e4m3fn (values [0, values)), scaled by group scale
 Scale group scale: fp32, one per plane or per head, given at call time (k_scale, v_scale); nothing stored
-Buffers (one set per plane: k, v), each a run of pages:
+Buffers (planes k, v: each has its own buffers), each a run of pages:
   cache: page_size * heads * values bytes per page
     at 0: records [slot, head] x values byte(s)
 Slots: negative slots and slots past the cache are never written (read as zeros).

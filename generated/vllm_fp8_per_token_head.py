@@ -12,8 +12,8 @@ the reciprocal; see docs/numerics.md); a NaN is ignored by amax and stored as Na
 Record: values + 4 bytes per token and head, in byte order
   bytes [0, values): x, values x fp8_e4m3fn (values [0, values)), scaled by group head
   bytes [values, values + 4): scales of group head, 1 x fp32
-Scale group head: fp32, rule exact, one scale per Sym(name='values') values (1 per token and head, stored as 1), exponent in [-127, 127]
-Buffers (one set per plane: k, v), each a run of pages:
+Scale group head: fp32, rule exact, one scale over all the values (1 per token and head, stored as 1), scale floor 9.999999974752427e-07, exponent in [-127, 127]
+Buffers (planes k, v: every buffer holds them all), each a run of pages:
   kv_cache: page_size * heads * (values + 4) * 2 bytes per page
     at 0: records [slot, head, plane] x values + 4 byte(s)
 Slots: negative slots and slots past the cache are never written (read as zeros).
