@@ -97,17 +97,6 @@ def build_layout(tree, display: str, digest: str) -> Layout:
         raise SpecError(tree.value_mark("scales"), "scales: a layout cannot mix {values: N}, {tokens: N} and tensor "
                         "groups", "split it into two layouts")
     planes = tuple(tree["planes"])
-    # names the kernels give their pointer parameters (<name>_ptr): planes, their outputs, cache fields
-    shared = {b for b, regions in tree["buffers"].items() if any(o.startswith("plane") for r in regions for o in r["order"])}
-    pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(b if b in shared else f"{p}_{b}" for p in planes
-                                                                  for b in tree["buffers"])
-    for name, g in groups.items():
-        for plane in planes if g.kind == "tensor" else ():
-            argument = f"{plane}_{name}"
-            if argument in OP_PARAMETERS + OP_LOCALS + pointers or argument.startswith(tuple(f"{p}_stride" for p in planes)):
-                raise SpecError(tree["scales"].key_mark(name), f"scales.{name}: plane {plane!r}'s scale argument "
-                                f"would be named {argument}, which the generated ops already use",
-                                "rename the scale group")
     if any(g.kind == "tokens" for g in groups.values()) and len(segments) != 1:
         raise SpecError(tree.value_mark("record"), "record: a {tokens: N} scale group needs a one-segment record",
                         "drop the other segments")
@@ -134,12 +123,21 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     owners: dict = {}                 # Cache field name -> the buffer (and plane) it holds
     for p in planes:
         for b in buffers:
-            field, owner = (b.name, b.name) if b.shared else (f"{p}_{b.name}", (p, b.name))
+            field, owner = Layout.field(p, b), (b.name if b.shared else (p, b.name))
             if owners.setdefault(field, owner) != owner:
                 raise SpecError(tree.value_mark("buffers"), f"buffers: two buffers give the cache field name {field!r}",
                                 "rename a buffer")
+    # names the kernels give their pointer parameters (<name>_ptr): planes, their outputs, cache fields
+    pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(owners)
+    for name, g in groups.items():
+        for plane in planes if g.kind == "tensor" else ():
+            argument = f"{plane}_{name}"
+            if argument in OP_PARAMETERS + OP_LOCALS + pointers or argument.startswith(tuple(f"{p}_stride" for p in planes)):
+                raise SpecError(tree["scales"].key_mark(name), f"scales.{name}: plane {plane!r}'s scale argument "
+                                f"would be named {argument}, which the generated ops already use",
+                                "rename the scale group")
     # A buffer of every plane is a Cache field and a kernel argument <name>_ptr by its bare name.
-    taken = set(RESERVED_PLANES) | set(OP_PARAMETERS) | {"token_ids"} | set(planes) | {f"{p}_out" for p in planes}
+    taken = set(RESERVED_PLANES) | set(OP_PARAMETERS) | set(planes) | {f"{p}_out" for p in planes}
     for b in buffers:
         if b.shared and (keyword.iskeyword(b.name) or b.name in taken
                          or b.name.startswith(tuple(f"{p}_stride" for p in planes))):
