@@ -130,12 +130,14 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     # names the kernels give their pointer parameters (<name>_ptr): planes, their outputs, cache fields
     pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(owners)
     for name, g in groups.items():
-        for plane in planes if g.kind == "tensor" else ():
-            argument = f"{plane}_{name}"
+        for plane in planes if g.argument else ():
+            argument = f"{plane}_{g.argument}"
             if argument in OP_PARAMETERS + OP_LOCALS + pointers or argument.startswith(tuple(f"{p}_stride" for p in planes)):
-                raise SpecError(tree["scales"].key_mark(name), f"scales.{name}: plane {plane!r}'s scale argument "
-                                f"would be named {argument}, which the generated ops already use",
-                                "rename the scale group")
+                raise SpecError(tree["scales"][name].value_mark("global") if g.two_level else tree["scales"].key_mark(name),
+                                f"scales.{name}{'.global' if g.two_level else ''}: plane {plane!r}'s "
+                                f"{'global ' if g.two_level else ''}scale argument would be named {argument}, which "
+                                "the generated ops already use",
+                                "rename the global scale" if g.two_level else "rename the scale group")
     # A buffer of every plane is a Cache field and a kernel argument <name>_ptr by its bare name.
     taken = set(RESERVED_PLANES) | set(OP_PARAMETERS) | set(planes) | {f"{p}_out" for p in planes}
     for b in buffers:
@@ -174,6 +176,12 @@ def build_layout(tree, display: str, digest: str) -> Layout:
             raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} returns records and scales apart, which a "
                             "layout with scales in the record does not have (yet)",
                             "drop quantize and dequantize; quantize_store and gather_dequant work")
+    two_level = next((g for g in groups.values() if g.two_level), None)
+    for i, op in enumerate(ops):
+        if op in ("quantize", "dequantize") and two_level is not None:
+            raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} takes no global scale, which group "
+                            f"{two_level.name!r} is relative to", "drop quantize and dequantize; quantize_store and "
+                            "gather_dequant take the global scales")
     if {"quantize", "dequantize"} & set(ops) and len({g.format.name for g in groups.values()}) > 1:
         raise SpecError(tree.value_mark("scales"), "scales: quantize/dequantize return one scale tensor, so their "
                         "scale groups must share one format", "use one format, or drop the dense ops")
@@ -245,12 +253,22 @@ def _scale_groups(tree) -> dict:
         if given:
             _check_given_group(name, g)
         if g["rule"] == "exact":
-            if g["format"] != "fp32":
+            if g["format"] not in ("fp32", "e4m3"):
                 raise SpecError(g.value_mark("rule"), f"scales.{name}.rule: 'exact' scales (amax / fmax) are not powers "
-                                "of two, so they need format: fp32", "set format: fp32, or pick a power-of-two rule")
+                                "of two, so they need format: fp32 (or e4m3, rounded to a code)",
+                                "set format: fp32, or pick a power-of-two rule")
             if g["exponent_range"] is not None:
                 raise SpecError(g.value_mark("exponent_range"), f"scales.{name}.exponent_range: 'exact' scales have no "
                                 "exponent to clamp", "remove exponent_range")
+        if g["format"] == "e4m3":
+            _check_e4m3_group(name, g)
+        elif g["global"] is not None:
+            raise SpecError(g.key_mark("global"), f"scales.{name}.global: a global scale divides fp8 block scales "
+                            f"(two-level NVFP4 scaling), and this group's format is {g['format']}",
+                            "set format: e4m3, or remove global")
+        if g["rounding"] != "quotient" and g["rule"] != "exact":
+            raise SpecError(g.key_mark("rounding"), f"scales.{name}.rounding: only rule exact divides by a scale that "
+                            "is not a power of two (a power of two scales every value exactly)", "remove rounding")
         for key, byte in (("ue8m0_zero", "0x00"), ("ue8m0_ff", "0xFF")):
             if key in g.key_marks and g["format"] != "ue8m0":
                 raise SpecError(g.key_mark(key), f"scales.{name}.{key}: only ue8m0 scales have a byte {byte}",
@@ -280,8 +298,20 @@ def _scale_groups(tree) -> dict:
         out[name] = dict(name=name, mark=mark, tree=g, format=fmt, rule=g["rule"], terms=None, amax_floor=floor,
                          amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
                          scale_floor=fp32_value(scale_floor) if scale_floor is not None else None,
-                         exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], ff_byte=g["ue8m0_ff"], kind=kind, size=size, segment=None)
+                         exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], ff_byte=g["ue8m0_ff"], kind=kind, size=size, segment=None,
+                         global_name=g["global"], rounding=g["rounding"])
     return out
+
+
+def _check_e4m3_group(name: str, g) -> None:
+    """e4m3 block scales: rule exact, rounded to a code; no floors (a code already bounds the scale)."""
+    if g["rule"] != "exact":
+        raise SpecError(g.value_mark("rule"), f"scales.{name}.rule: e4m3 scales are amax / fmax rounded to an fp8 "
+                        f"code (NVFP4), not a {g['rule']!r} power of two", "set rule: exact, or format: ue8m0")
+    for key in ("amax_floor", "scale_floor"):
+        if g[key] is not None:
+            raise SpecError(g.key_mark(key), f"scales.{name}.{key}: not supported for e4m3 scales (a zero amax gives "
+                            "scale code 0 and every value code 0)", f"remove {key}")
 
 
 def _check_given_group(name: str, g) -> None:
@@ -471,6 +501,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
     if g["kind"] == "tokens" and (g["format"].name != "ue8m0" or g["rule"] == "exact"):
         raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")
+    if g["rounding"] == "products" and seg["element"].name != "fp4_e2m1":
+        raise SpecError(g["tree"].value_mark("rounding"), f"{where}.rounding: 'products' compares values with the "
+                        f"scale times each midpoint between fp4 e2m1 codes, and segment {seg['name']!r} is {seg['dtype']}",
+                        "remove rounding (quotient), or store the segment as fp4_e2m1")
     fields = {k: v for k, v in g.items() if k not in ("mark", "tree", "terms")}
     terms = None if g["rule"] in ("exact", "given") else rule_terms(g["rule"], seg["element"])
     return ScaleGroup(count=count, padded_count=padded, terms=terms, element=seg["element"], **fields)
@@ -641,6 +675,9 @@ def _natural_shape(regions, page_bytes: Expr, align: int, segments):
                 return segments[0].element.torch_dtype, row(segments[0].values)
             return "uint8", row(r.element_bytes)
         one_byte = r.element_bytes.is_const and r.element_bytes.const_value() == 1
+        group = next((s.scale for s in segments if s.scale is not None and s.scale.name == r.holds), None)
+        if one_byte and group is not None and group.code_format is not None:
+            return group.code_format.torch_dtype, dims     # fp8 scale codes: e4m3 scales as float8_e4m3fn (FlashInfer's)
         return "uint8", dims if one_byte else row(r.element_bytes)     # every scale's bytes (fp32: 4)
     return "uint8", (page_bytes,)
 

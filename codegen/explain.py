@@ -61,6 +61,10 @@ def explain(layout: Layout, sizes: dict) -> str:
             per = {"values": f"one per {size} values", "tokens": f"one per {size} slots per value index",
                    "tensor": _GIVEN_PER}[g.kind]
             floor = f", at least {g.scale_floor!r}" if g.scale_floor is not None else ""
+            if g.two_level:
+                floor += f" over the call's {'/'.join(f'{p}_{g.global_name}' for p in layout.planes)}"
+            if g.rounding == "products":
+                floor += ", codes by comparisons"
             scale = f"  scales: {g.name} ({g.format.name}, {g.rule}{floor}, {per})"
         lines.append(f"  bytes [{start:>5}, {end:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
                      f"values [{v0}, {v0 + nv}){scale}")

@@ -149,10 +149,13 @@ class ScaleFormat:
     bias: int           # ue8m0's exponent bias (0 for fp32)
     # runtime/codes.py functions: write 2**exponent, write an fp32 value (None: only powers of two),
     # read as fp32, and read as words (None: no word reads)
-    store_pow2: str
+    store_pow2: str | None
     store_value: str | None
     load: str
     load_words: str | None
+    # An fp8 scale format: the element format whose codes it stores (its encoder rounds each scale
+    # to nearest even and saturates, its decoder reads them back); None for ue8m0 and fp32.
+    code: str | None = None
 
 
 SCALE_FORMATS = {
@@ -160,6 +163,9 @@ SCALE_FORMATS = {
     "ue8m0": ScaleFormat("ue8m0", 1, -127, 127, 127, "_store_ue8m0", None, "_load_ue8m0", "_load_ue8m0_words"),
     # fp32: the scale itself, a power of two from a rule, or amax / fmax with rule `exact`.
     "fp32": ScaleFormat("fp32", 4, -127, 127, 0, "_store_fp32_pow2", "_store_fp32", "_load_fp32", None),
+    # e4m3: NVFP4's block scales, one fp8 e4m3fn code per scale: amax / fmax (over a global scale
+    # where the group names one) rounded to the nearest code, ties to even, saturated at 448; rule exact.
+    "e4m3": ScaleFormat("e4m3", 1, -9, 8, 0, None, "_store_codes", "_load_codes", None, code="fp8_e4m3fn"),
 }
 
 # Rules that give a power of two 2^e, as integer tests on amax's fp32 bits: amax = 2^E * m.

@@ -47,13 +47,14 @@ INLINE_SCALES = Obj(title="a group's scales inside the record", fields={
 SCALE_GROUP = Obj(title="a scale group", fields={
     "format": Field(Str(enum=SCALE_FORMATS),
                     "how one scale is stored: ue8m0 = one byte, the power-of-two exponent + 127; fp32 = the scale "
-                    "as a float (4 bytes)"),
+                    "as a float (4 bytes); e4m3 = one fp8 e4m3fn code (NVFP4's block scales; rule exact: amax / fmax "
+                    "rounded to the nearest code, ties to even, saturated at 448)"),
     "rule": Field(Str(enum=SCALE_RULES),
                   "how the scale follows from the group's amax (fmax = the element format's largest finite value, "
                   "emax = floor(log2 fmax)): rceil = smallest power of two s with amax/s <= fmax (the seeds); "
                   "floor = 2^(floor(log2 amax) - emax) (OCP MX); ceil = 2^(ceil(log2 amax) - emax); even = floor "
                   "after rounding amax to the element's mantissa width (torchao EVEN); nearest = 2^round(log2(amax/"
-                  "fmax)); exact = amax / fmax itself (fp32 format only); given = no rule: the scale is a call-time "
+                  "fmax)); exact = amax / fmax itself (fp32, or rounded to e4m3); given = no rule: the scale is a call-time "
                   "argument (with group: tensor). See docs/numerics.md"),
     "amax_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
                         "amax is raised to at least this before the rule (1.0e-8 DSv4, 1.0e-30 MXFP8); null: no floor",
@@ -76,6 +77,16 @@ SCALE_GROUP = Obj(title="a scale group", fields={
     )), "what one scale covers; 'tensor': the whole plane, one fp32 scale given at call time (rule: given) as a "
         "float32 tensor <plane>_<group> of one element, or one per head (vLLM's k_scale, v_scale), so calls stay "
         "CUDA-graph capturable; codes are value / scale, values code * scale; no cache bytes"),
+    "global": Field(OneOf((Str(pattern=IDENT, what="an identifier"), Null())),
+                    "two-level scales (NVFP4; e4m3 format): each plane's call-time global scale, a float32 tensor "
+                    "<plane>_<global> of one element or one per head (FlashInfer's k_scale, sglang's global_scale): "
+                    "block scales are s = e4m3(amax / (fmax * g)), codes x / (s * g), values code * s * g; null: none",
+                    None),
+    "rounding": Field(Str(enum=("quotient", "products")),
+                      "rule exact: how values become codes: 'quotient' = the code nearest the correctly rounded "
+                      "x / scale (ties to even); 'products' (fp4 e2m1) = |x| compared with scale times each midpoint "
+                      "between codes, each product rounded to fp32 (sglang's NVFP4 encoder, no division)",
+                      "quotient"),
     "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
                         "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
                         "exp2 of -127 gives (DSv4 seed)",

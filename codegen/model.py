@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .expr import Expr, NextPow2, RoundUp, const, contains, next_pow2
-from .formats import FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
+from .formats import ELEMENT_FORMATS, FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
 
 # Launch knobs that shape a kernel's code, fixed when its module is generated (not in LAUNCH).
 GENERATION_KNOBS = ("head_rows",)
@@ -41,6 +41,10 @@ class ScaleGroup:
     padded_count: Expr            # entries stored per token and head, padding included
     segment: str                  # the one segment quantized with this group
     element: ElementFormat        # that segment's element format
+    global_name: str | None = None  # two-level scaling (NVFP4): each plane's call-time fp32 scale
+                                  # <plane>_<global_name> that every block scale is relative to
+    rounding: str = "quotient"    # rule exact: codes of x / scale ("quotient"), or of comparisons of
+                                  # |x| with scale times each midpoint ("products", fp4 e2m1 only)
 
     @property
     def exact(self) -> bool:
@@ -50,6 +54,23 @@ class ScaleGroup:
     def given(self) -> bool:
         """A call-time scale (group: tensor): one fp32 per plane, passed to the ops, not in the cache."""
         return self.kind == "tensor"
+
+    @property
+    def two_level(self) -> bool:
+        """Block scales relative to a call-time global scale: stored s = fmt(amax / (fmax * g)), values
+        divided by s * g and read back as code * s * g."""
+        return self.global_name is not None
+
+    @property
+    def argument(self) -> str | None:
+        """The suffix of this group's call-time tensor per plane (<plane>_<suffix>): a given scale's
+        own name, a two-level group's global scale; None for groups computed and stored alone."""
+        return self.name if self.given else self.global_name
+
+    @property
+    def code_format(self) -> ElementFormat | None:
+        """An fp8 scale format's codes (e4m3: fp8_e4m3fn), whose encoder rounds each scale."""
+        return ELEMENT_FORMATS[self.format.code] if self.format.code else None
 
     @property
     def clamps_lo(self) -> bool:
@@ -344,8 +365,9 @@ class Layout:
 
     @property
     def given_scales(self) -> tuple:
-        """(argument name, plane, group) of each call-time scale, plane-major: the ops' extra tensors."""
-        return tuple((f"{p}_{g.name}", p, g) for p in self.planes for g in self.scales if g.given)
+        """(argument name, plane, group) of each call-time scale (given scales, and two-level groups'
+        global scales), plane-major: the ops' extra tensors."""
+        return tuple((f"{p}_{g.argument}", p, g) for p in self.planes for g in self.scales if g.argument)
 
     @property
     def given_names(self) -> tuple:
@@ -355,7 +377,7 @@ class Layout:
     @staticmethod
     def given_step(plane: str, group: ScaleGroup) -> str:
         """The constexpr name of one call-time scale's head step (1: one scale per head, 0: one)."""
-        return f"{plane}_{group.name}".upper() + "_STEP"
+        return f"{plane}_{group.argument}".upper() + "_STEP"
 
     @property
     def given_steps(self) -> tuple:
@@ -363,7 +385,7 @@ class Layout:
 
     def given_index(self, group: ScaleGroup) -> int:
         """A given group's place among the layout's given groups (its scale within a plane's)."""
-        return [g.name for g in self.scales if g.given].index(group.name)
+        return [g.name for g in self.scales if g.argument].index(group.name)
 
     @property
     def stored_scales(self) -> tuple:
@@ -522,6 +544,12 @@ class Layout:
         for g in self.stored_scales:
             if writes_values:
                 need.add(g.store_function)
+                if g.code_format is not None:        # each scale rounded through its code
+                    need |= {"_encode_fp8", "_decode_fp8"}
+                if g.rounding == "products":
+                    need.add("_encode_e2m1_products")
+            if reads and g.code_format is not None:
+                need.add("_decode_fp8")
             if reads:
                 need.add(g.format.load)
             if g.word_reads and (reads or "append" in ops):
@@ -529,7 +557,7 @@ class Layout:
             if g.word_reads and reads:
                 need.add(g.format.load_words)
         for f in self.element_formats:
-            if writes:
+            if writes and f in self.encoded_formats:
                 need.add(f.encoder)
             if reads or "append" in ops:
                 need.add(f.decoder)
@@ -541,7 +569,7 @@ class Layout:
             need.add("store_checks")
         if self.given_scales:
             need.add("given_checks")
-            if writes_values:
+            if writes_values and any(g.given for g in self.scales):
                 need.add("given_writes")
         if self.stored_scales:
             if writes_values:
@@ -565,6 +593,21 @@ class Layout:
     def element_formats(self) -> tuple:
         """The distinct element formats of the quantized segments, in order."""
         return tuple({s.element.name: s.element for s in self.segments if s.quantized}.values())
+
+    @property
+    def encoded_formats(self) -> tuple:
+        """The element formats whose encoder the writers call: all but those of segments whose codes
+        come from comparisons (rounding: products)."""
+        return tuple({s.element.name: s.element for s in self.segments
+                      if s.quantized and s.scale.rounding != "products"}.values())
+
+    @property
+    def code_formats(self) -> tuple:
+        """The element formats whose codes the layout stores: its segments', then its fp8 scales'."""
+        out = {f.name: f for f in self.element_formats}
+        out.update((g.code_format.name, g.code_format) for g in self.stored_scales
+                   if g.code_format is not None and g.code_format.name not in out)
+        return tuple(out.values())
 
     @property
     def quantized_segments(self) -> tuple:

@@ -6,6 +6,8 @@
   ds41_mla
   dsv4_k
   dsv4_mxfp4
+  dsv4_nvfp4
+  flashinfer_nvfp4
   mxfp8_kv
   mxfp8_kv_128x4
   mxfp8_v_seqblocked

@@ -780,20 +780,30 @@ def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
 
 
 @triton.jit
-def _scaled_groups(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
+                 GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
-    fp32, and each group's scale: (values divided by their group's scale, the scales). Lanes not
-    read load +0, which leaves amax as it is. SCALE_OF(amax bits): the scale exponent (power-of-two
-    rules) or the fp32 scale (EXACT)."""
+    codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
+    is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
+    GLOBAL, SCALE_OF(amax bits, g) relative to the global scale g, and values divided by scale * g).
+    ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
+    values with multiples of the divisor instead of dividing."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
-    scale = SCALE_OF(amax)
-    if EXACT:
-        q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
+    if GLOBAL:
+        scale = SCALE_OF(amax, g)
+        d = scale * g                                                        # the block's divisor, rounded
     else:
-        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
-    return q, scale
+        scale = SCALE_OF(amax)
+        d = scale
+    if PRODUCTS:
+        codes = ENCODE(x, d[:, :, None])
+    elif EXACT:
+        codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
+    else:
+        codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
+    return codes, scale
 
 
 @triton.jit
@@ -801,12 +811,14 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
+                      GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
-    ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales.
+    ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales; GLOBAL,
+    PRODUCTS, g: two-level scales and comparison encoders (see _group_codes).
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
     lane = _group_lanes(GROUP, LANES)
@@ -816,8 +828,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
-        q, scale = _scaled_groups(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF)
-        codes = ENCODE(q)
+        codes, scale = _group_codes(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
@@ -828,7 +839,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                         DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
+                      GLOBAL: tl.constexpr = False, g=1.0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
     a `tokens` group; LANES: see _group_lanes) at a time.
@@ -836,7 +848,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
-    block, ...) reads them as words, `block` being the row's block in its page.
+    block, ...) reads them as words, `block` being the row's block in its page. GLOBAL: the
+    values are then multiplied by the global scale g too (two-level scales: code * scale * g).
     """
     lane = _group_lanes(GROUP, LANES)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
@@ -870,6 +883,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
         else:
             scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
             x = DECODE(codes) * scale[:, :, None]
+        if GLOBAL:
+            x = tl.where(read[:, :, None], x * g, 0.0)                  # rows not read: +0 whatever g's sign
         if CANON_NAN:
             x = _canonical_nan(x)
         write = _in_group((out_ok[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
@@ -1189,8 +1204,7 @@ def _quantize_store_kernel(
     # kv: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_KV_OFFSET + slot * CACHE_KV_SLOT_STRIDE + head * CACHE_KV_HEAD_STRIDE
-    _quantize_kv(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
-        SC_STRIDE=CACHE_KV_SCALE_STRIDE, TILES=KV_TILES, CHUNK=KV_CHUNK,
+    _quantize_kv(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=CACHE_KV_SCALE_STRIDE, TILES=KV_TILES, CHUNK=KV_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 
@@ -1523,6 +1537,9 @@ class _RefGroup(NamedTuple):
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
     scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
+    code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
+    two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
+    products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
 
 
 class _RefSegment(NamedTuple):
@@ -1543,7 +1560,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
-    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+    given_index: int = 0      # a given or two-level group's place among the layout's call-time scales (in a plane's)
 
     @property
     def tile(self) -> int:
@@ -1575,12 +1592,19 @@ def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
     return e.clamp(g.exponent_lo, g.exponent_hi)
 
 
-def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor, global_scale=None) -> torch.Tensor:
     """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
     values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
-    its reciprocal, which is not), then raised to the scale floor."""
+    its reciprocal, which is not), then raised to the scale floor. Two-level: amax / (fmax * g), the
+    product rounded to fp32. An fp8 scale format: that scale rounded to its nearest code (saturated),
+    as the code's fp32 value."""
     a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
-    scale = (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    divisor = torch.tensor(g.fmax, dtype=torch.float32, device=a.device)
+    if global_scale is not None:
+        divisor = divisor * global_scale
+    scale = (a.view(torch.float32).to(torch.float64) / divisor.to(torch.float64)).to(torch.float32)
+    if g.code is not None:
+        return _ref_decode(_ref_encode(scale, g.code), g.code)
     return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
 
 
@@ -1588,6 +1612,9 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
     """Write scales (exact fp32 values, or exponents) at byte addresses `addr` of the uint8 view `flat`."""
     if g.format == "ue8m0":
         flat[addr] = (scale + g.bias).to(torch.uint8)
+        return
+    if g.code is not None:
+        flat[addr] = _ref_encode(scale, g.code)
         return
     value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
     flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
@@ -1602,18 +1629,25 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
         if g.ff_is_nan:
             bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
         return bits.view(torch.float32)
+    if g.code is not None:
+        return _ref_decode(flat[addr], g.code)
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 
 
-def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
+def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
-    format packs two, and the fp32 scales or exponents (..., tiles))."""
+    format packs two, and the fp32 scales or exponents (..., tiles)). global_scale: a two-level
+    group's call-time scale g, shaped to broadcast over the scales: values are divided by scale * g."""
     g = seg.group
-    x = rows.to(torch.float32).unflatten(-1, (seg.tiles, -1))
+    x = _ref_cast(rows, torch.float32, computed=False).unflatten(-1, (seg.tiles, -1))   # as the GPU widens: NaN signs
     amax = _ref_magnitude_bits(x).amax(-1)
     if g.exact:
-        scale = _ref_exact_scale(g, amax)
-        q = torch.where(scale[..., None] > 0, (x.to(torch.float64) / scale[..., None]).to(torch.float32), 0.0)
+        scale = _ref_exact_scale(g, amax, global_scale)
+        d = (scale if global_scale is None else scale * global_scale)[..., None]
+        if g.products:
+            codes = _ref_encode_products(x, d).flatten(-2)
+            return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+        q = torch.where(d > 0, (x.to(torch.float64) / d.to(torch.float64)).to(torch.float32), 0.0)
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
@@ -1679,7 +1713,8 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, s
                 records[_ref_segment_bytes(seg, rec_row)] = _ref_given_codes(seg, x[..., seg.columns],
                                                                              _ref_given_scale(seg, scales, plane))
                 continue
-            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
+            g = _ref_given_scale(seg, scales, plane) if seg.group.two_level else None
+            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns], g)
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                              _ref_scale_addresses(seg, G, plane, page, slot, head, block), scale)
@@ -1708,6 +1743,8 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
+                if seg.group.two_level:
+                    x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -1746,7 +1783,7 @@ def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dt
     return out.view(*lead, G.VALUES)
 
 
-# Element formats: spec dtype -> (torch dtype, fmax, NaN code, bits per code).
+# Element formats (of values, and of fp8 scales): spec dtype -> (torch dtype, fmax, NaN code, bits per code).
 _CODE_DTYPES = {
     "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F, 8),
 }

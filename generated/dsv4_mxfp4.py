@@ -694,20 +694,30 @@ def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO:
 
 
 @triton.jit
-def _scaled_groups(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
+                 GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
-    fp32, and each group's scale: (values divided by their group's scale, the scales). Lanes not
-    read load +0, which leaves amax as it is. SCALE_OF(amax bits): the scale exponent (power-of-two
-    rules) or the fp32 scale (EXACT)."""
+    codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
+    is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
+    GLOBAL, SCALE_OF(amax bits, g) relative to the global scale g, and values divided by scale * g).
+    ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
+    values with multiples of the divisor instead of dividing."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
-    scale = SCALE_OF(amax)
-    if EXACT:
-        q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
+    if GLOBAL:
+        scale = SCALE_OF(amax, g)
+        d = scale * g                                                        # the block's divisor, rounded
     else:
-        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
-    return q, scale
+        scale = SCALE_OF(amax)
+        d = scale
+    if PRODUCTS:
+        codes = ENCODE(x, d[:, :, None])
+    elif EXACT:
+        codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
+    else:
+        codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
+    return codes, scale
 
 
 @triton.jit
@@ -715,7 +725,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                              SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                              GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                              EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                             SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0,
+                             GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
     BYTE_OFFSET."""
@@ -726,9 +737,9 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        q, scale = _scaled_groups(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
-                                  EXACT, SCALE_OF)
-        even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
+        codes, scale = _group_codes(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
+                                    EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
+        even, odd = tl.split(tl.reshape(codes, (codes.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
@@ -739,9 +750,9 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
                                SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                                SCALE_EVICTION: tl.constexpr, GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr,
                                BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                               SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, GLOBAL: tl.constexpr = False, g=1.0):
     """_dequantize_segment for formats of two codes per byte (fp4): the low nibble of a group's byte
-    i is its value 2i, the high nibble value 2i + 1."""
+    i is its value 2i, the high nibble value 2i + 1 (GLOBAL, g: see _dequantize_segment)."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     for first in range(0, TILES, CHUNK):
@@ -753,6 +764,8 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
         scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
         x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
+        if GLOBAL:
+            x = tl.where(read[:, :, None], x * g, 0.0)                  # rows not read: +0 whatever g's sign
         if CANON_NAN:
             x = _canonical_nan(x)
         index = tile[None, :, None] * GROUP + lane[None, None, :]
@@ -1105,8 +1118,7 @@ def _quantize_store_kernel(
     # nope: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_NOPE_OFFSET + slot * CACHE_NOPE_SLOT_STRIDE + head * CACHE_NOPE_HEAD_STRIDE
-    _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
-        SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
+    _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
     # rope: raw copy
     _store_rope(k_ptr, x_row, in_range, ok, records, rec_row)
@@ -1294,6 +1306,9 @@ class _RefGroup(NamedTuple):
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
     scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
+    code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
+    two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
+    products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
 
 
 class _RefSegment(NamedTuple):
@@ -1314,7 +1329,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
-    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+    given_index: int = 0      # a given or two-level group's place among the layout's call-time scales (in a plane's)
 
     @property
     def tile(self) -> int:
@@ -1346,12 +1361,19 @@ def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
     return e.clamp(g.exponent_lo, g.exponent_hi)
 
 
-def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor, global_scale=None) -> torch.Tensor:
     """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
     values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
-    its reciprocal, which is not), then raised to the scale floor."""
+    its reciprocal, which is not), then raised to the scale floor. Two-level: amax / (fmax * g), the
+    product rounded to fp32. An fp8 scale format: that scale rounded to its nearest code (saturated),
+    as the code's fp32 value."""
     a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
-    scale = (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    divisor = torch.tensor(g.fmax, dtype=torch.float32, device=a.device)
+    if global_scale is not None:
+        divisor = divisor * global_scale
+    scale = (a.view(torch.float32).to(torch.float64) / divisor.to(torch.float64)).to(torch.float32)
+    if g.code is not None:
+        return _ref_decode(_ref_encode(scale, g.code), g.code)
     return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
 
 
@@ -1359,6 +1381,9 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
     """Write scales (exact fp32 values, or exponents) at byte addresses `addr` of the uint8 view `flat`."""
     if g.format == "ue8m0":
         flat[addr] = (scale + g.bias).to(torch.uint8)
+        return
+    if g.code is not None:
+        flat[addr] = _ref_encode(scale, g.code)
         return
     value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
     flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
@@ -1373,18 +1398,25 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
         if g.ff_is_nan:
             bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
         return bits.view(torch.float32)
+    if g.code is not None:
+        return _ref_decode(flat[addr], g.code)
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 
 
-def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
+def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
-    format packs two, and the fp32 scales or exponents (..., tiles))."""
+    format packs two, and the fp32 scales or exponents (..., tiles)). global_scale: a two-level
+    group's call-time scale g, shaped to broadcast over the scales: values are divided by scale * g."""
     g = seg.group
-    x = rows.to(torch.float32).unflatten(-1, (seg.tiles, -1))
+    x = _ref_cast(rows, torch.float32, computed=False).unflatten(-1, (seg.tiles, -1))   # as the GPU widens: NaN signs
     amax = _ref_magnitude_bits(x).amax(-1)
     if g.exact:
-        scale = _ref_exact_scale(g, amax)
-        q = torch.where(scale[..., None] > 0, (x.to(torch.float64) / scale[..., None]).to(torch.float32), 0.0)
+        scale = _ref_exact_scale(g, amax, global_scale)
+        d = (scale if global_scale is None else scale * global_scale)[..., None]
+        if g.products:
+            codes = _ref_encode_products(x, d).flatten(-2)
+            return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+        q = torch.where(d > 0, (x.to(torch.float64) / d.to(torch.float64)).to(torch.float32), 0.0)
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
@@ -1450,7 +1482,8 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, s
                 records[_ref_segment_bytes(seg, rec_row)] = _ref_given_codes(seg, x[..., seg.columns],
                                                                              _ref_given_scale(seg, scales, plane))
                 continue
-            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
+            g = _ref_given_scale(seg, scales, plane) if seg.group.two_level else None
+            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns], g)
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                              _ref_scale_addresses(seg, G, plane, page, slot, head, block), scale)
@@ -1479,11 +1512,13 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
+                if seg.group.two_level:
+                    x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
 
-# Element formats: spec dtype -> (torch dtype, fmax, NaN code, bits per code).
+# Element formats (of values, and of fp8 scales): spec dtype -> (torch dtype, fmax, NaN code, bits per code).
 _CODE_DTYPES = {
     "fp4_e2m1": (torch.uint8, 6.0, 0x0, 4),
 }

@@ -791,7 +791,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                         DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
+                      GLOBAL: tl.constexpr = False, g=1.0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
     a `tokens` group; LANES: see _group_lanes) at a time.
@@ -799,7 +800,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
-    block, ...) reads them as words, `block` being the row's block in its page.
+    block, ...) reads them as words, `block` being the row's block in its page. GLOBAL: the
+    values are then multiplied by the global scale g too (two-level scales: code * scale * g).
     """
     lane = _group_lanes(GROUP, LANES)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
@@ -833,6 +835,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
         else:
             scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
             x = DECODE(codes) * scale[:, :, None]
+        if GLOBAL:
+            x = tl.where(read[:, :, None], x * g, 0.0)                  # rows not read: +0 whatever g's sign
         if CANON_NAN:
             x = _canonical_nan(x)
         write = _in_group((out_ok[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
@@ -2083,6 +2087,9 @@ class _RefGroup(NamedTuple):
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
     scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
+    code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
+    two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
+    products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
 
 
 class _RefSegment(NamedTuple):
@@ -2103,7 +2110,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
-    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+    given_index: int = 0      # a given or two-level group's place among the layout's call-time scales (in a plane's)
 
     @property
     def tile(self) -> int:
@@ -2144,6 +2151,8 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
         if g.ff_is_nan:
             bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
         return bits.view(torch.float32)
+    if g.code is not None:
+        return _ref_decode(flat[addr], g.code)
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 
 
@@ -2207,6 +2216,8 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
+                if seg.group.two_level:
+                    x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
@@ -2264,7 +2275,7 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
             scales[sc_addr] = (exponent + g.bias).to(torch.uint8)
 
 
-# Element formats: spec dtype -> (torch dtype, fmax, NaN code, bits per code).
+# Element formats (of values, and of fp8 scales): spec dtype -> (torch dtype, fmax, NaN code, bits per code).
 _CODE_DTYPES = {
     "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F, 8),
 }

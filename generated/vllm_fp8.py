@@ -1199,6 +1199,9 @@ class _RefGroup(NamedTuple):
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
     scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
+    code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
+    two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
+    products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
 
 
 class _RefSegment(NamedTuple):
@@ -1219,7 +1222,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
-    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+    given_index: int = 0      # a given or two-level group's place among the layout's call-time scales (in a plane's)
 
     @property
     def tile(self) -> int:
@@ -1298,7 +1301,8 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, s
                 records[_ref_segment_bytes(seg, rec_row)] = _ref_given_codes(seg, x[..., seg.columns],
                                                                              _ref_given_scale(seg, scales, plane))
                 continue
-            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
+            g = _ref_given_scale(seg, scales, plane) if seg.group.two_level else None
+            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns], g)
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                              _ref_scale_addresses(seg, G, plane, page, slot, head, block), scale)
@@ -1327,11 +1331,13 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
+                if seg.group.two_level:
+                    x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 
 
-# Element formats: spec dtype -> (torch dtype, fmax, NaN code, bits per code).
+# Element formats (of values, and of fp8 scales): spec dtype -> (torch dtype, fmax, NaN code, bits per code).
 _CODE_DTYPES = {
     "fp8_e4m3fn": (torch.float8_e4m3fn, 448.0, 0x7F, 8),
 }

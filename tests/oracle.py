@@ -241,7 +241,7 @@ class Spec:
         return pad if pad is not None else self.segment_values(seg, values) // self.group_of(name, values)[1]
 
     def scale_bytes(self, name: str) -> int:
-        return 1 if self.scales[name]["format"] == "ue8m0" else 4
+        return 4 if self.scales[name]["format"] == "fp32" else 1
 
     def extents(self, holds: str, page: int, heads: int, values: int) -> dict:
         planes = {"plane": len(self.planes)}
@@ -322,6 +322,8 @@ class Spec:
         """What a reader takes from one stored scale entry."""
         if self.scales[name]["format"] == "fp32":
             return float(np.frombuffer(stored, dtype=np.float32)[0])
+        if self.scales[name]["format"] == "e4m3":
+            return code_value("fp8_e4m3fn", stored[0])
         b = stored[0]
         if b == 0xFF:
             return math.nan if self.scales[name].get("ue8m0_ff", "inf") == "nan" else math.inf
@@ -396,6 +398,35 @@ def given_scale(given: dict, plane: str, group: str, head: int) -> float:
     return scale[head] if isinstance(scale, list) else scale
 
 
+# The midpoints between neighbouring e2m1 magnitudes, and whether a value exactly there takes the
+# upper code (the even one): 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5 -> 4.0.
+E2M1_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
+
+
+def e4m3_block(group: dict, fmt: str, x: np.ndarray, a: float, given, plane: str, head: int) -> tuple:
+    """One block of an e4m3-scaled group (NVFP4): (quotients x / (s g), or the codes themselves
+    under rounding 'products', and the stored scale byte). s = the e4m3 code nearest
+    amax / (fmax * g) (its fp32 quotient; ties to even, saturated at 448), g the plane's global
+    scale (1 without one); a zero s * g gives +0 codes."""
+    g = f32(given_scale(given, plane, group["global"], head)) if group.get("global") else 1.0
+    with np.errstate(all="ignore"):             # a caller's zero, infinite or NaN g: IEEE quotients
+        raw = f32(np.float64(a) / np.float64(f32(fmax(fmt) * g)))
+    scale_code = int(encode("fp8_e4m3fn", np.array([raw], dtype=np.float32))[0])
+    s = code_value("fp8_e4m3fn", scale_code)
+    d = f32(s * g)
+    stored = np.array([scale_code], dtype=np.uint8)
+    if group.get("rounding") == "products":
+        codes = np.zeros(x.size, dtype=np.uint8)
+        if d > 0:                                # (not for a NaN d)
+            for i, v in enumerate(x.astype(np.float64)):
+                k = sum(1 for m, up in E2M1_MIDPOINTS if (abs(v) >= f32(d * m) if up else abs(v) > f32(d * m)))
+                codes[i] = k | (sign_bit(fmt) if np.signbit(x[i]) else 0)
+        return codes, stored
+    with np.errstate(all="ignore"):
+        q = (x.astype(np.float64) / d).astype(np.float32) if d > 0 else np.zeros_like(x)
+    return q, stored
+
+
 def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None = None) -> None:
     """The writers' bytes: each valid slot's record and scales, token by token (docs/numerics.md).
     given: the call-time scales by argument name, <plane>_<group> (value / scale, correctly rounded)."""
@@ -425,6 +456,12 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None 
                     for j in range(n // size):
                         x = x32[first + j * size: first + (j + 1) * size]
                         a = spec.amax(name, x)
+                        if spec.scales[name]["format"] == "e4m3":
+                            q, stored = e4m3_block(spec.scales[name], fmt, x, a, given, plane, head)
+                            codes = q if spec.scales[name].get("rounding") == "products" else encode(fmt, q)
+                            state.write(plane, "records", page_id, where, pack(fmt, codes), skip=byte + j * size // packing(fmt))
+                            state.write(plane, name, page_id, {"slot": slot, "head": head, "scale": j}, stored)
+                            continue
                         if spec.scales[name]["rule"] == "exact":
                             s = f32(a / fmax(fmt)) if math.isfinite(a) else math.inf
                             floor = spec.scales[name].get("scale_floor")
@@ -489,6 +526,8 @@ def gather_dequant(spec: Spec, state: CacheBytes, ids, dtype=torch.bfloat16, giv
                             plane, name, page_id, {"block": slot // size, "head": head, "dim": d}, 1)))
                             for d in range(n)])
                     with np.errstate(all="ignore"):
+                        if spec.scales[name].get("global"):      # two-level: times the plane's global scale
+                            scale = scale * f32(given_scale(given, plane, spec.scales[name]["global"], head))
                         out[i, head, cols] = _out_bits(decode(fmt, codes) * scale, dtype)
         outs.append(torch.from_numpy(out).view(dtype).view(len(ids), heads, values))
     return outs

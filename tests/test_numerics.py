@@ -43,13 +43,24 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
     ceil    2^(e-1) < amax / 2^emax <= 2^e
     even    floor, after rounding amax to the element's mantissa width (half-up, as torchao EVEN)
     nearest |log2(amax / fmax) - e| <= 1/2
-    exact   amax / fmax rounded once to fp32, then at least the scale floor (an fp32 value)"""
+    exact   amax / fmax rounded once to fp32, then at least the scale floor (an fp32 value); e4m3
+            scales: the nearest e4m3 code to amax / (fmax * g) rounded once to fp32 (ties to the even
+            code, saturated at 448), by the oracle's table of every code, with and without a global g"""
     m = module(name)
     amax = amax_corpus()
     bits = amax.view(torch.int32)
     a = amax.to(torch.float64).clamp(min=floor or 0.0)
     fmax = element.fmax
     emax = element.fmax_exponent
+    if m._REF_GROUPS[group].code is not None:
+        from tests import oracle
+        for g in (None, 0.37, 3.0e-3):
+            divisor = fmax if g is None else float(torch.tensor(fmax * g, dtype=torch.float32))
+            got = m._ref_exact_scale(m._REF_GROUPS[group], bits, None if g is None else torch.tensor(g))
+            q = (a.abs() / divisor).to(torch.float32).numpy()        # (the corpus holds -0: amax is |x|)
+            want = oracle.decode("fp8_e4m3fn", oracle.encode("fp8_e4m3fn", q)).astype("float32")
+            assert torch.equal(got.view(torch.int32), torch.from_numpy(want).view(torch.int32)), g
+        return
     if rule == "exact":
         got = m._ref_exact_scale(m._REF_GROUPS[group], bits)
         want = (a / fmax).to(torch.float32)

@@ -523,3 +523,105 @@ def test_vllm_fp8_per_token_head_records_are_vllms_views():
         codes, scales = per_token_head_quantized(x)       # x's records, as the writer stores them
         assert torch.equal(view[..., :width][block, slot], codes)
         assert torch.equal(scale_view[block, slot].view(torch.int32), scales.view(torch.int32))
+
+
+# --- dsv4_nvfp4 and flashinfer_nvfp4: NVFP4, e4m3 block scales over a global scale ---------------------
+
+NVFP4_GLOBALS = [1.0, 0.0371, 2.0 ** -10, 7.5]
+
+
+def sglang_dsv4_nvfp4(x: torch.Tensor, g: float) -> torch.Tensor:
+    """sglang dsv4 nvfp4_k_cache.py, its torch path: per 16 nope values s = e4m3(clamp(amax / (6 g),
+    0, 448)) (torch's conversion, nearest even), d = fp32(s) * g; a code counts the midpoints |x|
+    passes against m * d (> or >=: ties to even), the sign of x as bit 3, every code 0 where d is not
+    above 0; two codes per byte, the even value low; then the 28 scale bytes and the bf16 rope."""
+    g32 = torch.tensor([g], dtype=torch.float32)
+    t = x[:, :448].float().unflatten(-1, (28, 16))
+    scale = (t.abs().amax(-1) / (6.0 * g32)).clamp(min=0.0, max=448.0).to(torch.float8_e4m3fn)
+    d = (scale.float() * g32)[..., None]
+    a = t.abs()
+    codes = sum(((a >= d * m) if up else (a > d * m)).to(torch.int32) for m, up in E2M1_LADDER)
+    codes = torch.where(d > 0, codes | ((t.view(torch.int32) >> 28) & 0x8), 0).flatten(-2)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    return torch.cat([packed, scale.view(torch.uint8), x[:, 448:].contiguous().view(torch.uint8)], -1)
+
+
+def dsv4_nvfp4_records(x: torch.Tensor, g: float, page: int = 64) -> torch.Tensor:
+    m = module("dsv4_nvfp4")
+    cache = m.Cache(torch.zeros(-(-x.shape[0] // page), page * 380, dtype=torch.uint8))
+    m.quantize_store_ref(x, torch.arange(x.shape[0]), cache, page, torch.tensor([g], dtype=torch.float32))
+    return cache.k_cache.view(-1, 380)[: x.shape[0]]
+
+
+@pytest.mark.parametrize("g", NVFP4_GLOBALS, ids=str)
+def test_dsv4_nvfp4_equals_sglangs_torch_path_except_where_it_propagates_nan(g):
+    """Equal bytes (codes, scales, rope) on every block without a NaN, infinities included. A block
+    holding a NaN differs: sglang's torch amax is NaN there (scale byte 0x7F, every code +0), where
+    kvlayout's amax ignores the NaN, as sglang's Triton writer does (tl.max drops NaN operands)."""
+    x = peer_rows(512, 51)
+    ours, theirs = dsv4_nvfp4_records(x, g), sglang_dsv4_nvfp4(x, g)
+    assert torch.equal(ours[:, 252:], theirs[:, 252:])
+    blocks = x[:, :448].float().unflatten(-1, (28, 16))
+    differ = (ours[:, :224] != theirs[:, :224]).unflatten(-1, (28, 8)).any(-1) | (ours[:, 224:252] != theirs[:, 224:252])
+    nan = tiles_with(blocks, torch.isnan)
+    assert not differ[~nan].any()
+    assert differ[nan].all()                             # each NaN block: sglang's NaN scale
+
+
+def flashinfer_nvfp4_block(t: torch.Tensor, g: float, reciprocal: bool) -> tuple:
+    """FlashInfer's nvfp4_append_quantize_block (include/flashinfer/page.cuh) in IEEE fp32 (it builds
+    with fast math: its division and reciprocal are approximate, not modelled): amax an fmaxf
+    reduction (NaN dropped), sf = e4m3 satfinite(amax / (6 g)) where amax > 0 (else 0), then each
+    value times 1 / (fp32(sf) g) (or, reciprocal=False, divided by fp32(sf) g) onto e2m1 by its
+    comparisons (0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5 -> 4.0;
+    above 5: 6), the sign bit of the product kept (signed zeros, a NaN's sign). (codes, scale bytes)."""
+    g32 = torch.tensor(g, dtype=torch.float32)
+    amax = amax_fmaxf(t)
+    sf = torch.where(amax > 0, amax / (6.0 * g32), 0.0)
+    sf8 = satfinite_e4m3(sf)
+    d = sf8.view(torch.float8_e4m3fn).float() * g32
+    live = (amax > 0) & (d > 0)
+    if reciprocal:
+        q = t * torch.where(live, 1.0 / d, 0.0)[..., None]
+    else:
+        q = torch.where(live[..., None], t / d[..., None], t * 0.0)
+    mag = q.abs()
+    code = sum(((mag >= m) if up else (mag > m)).to(torch.int32) for m, up in E2M1_LADDER)
+    return (code | ((q.view(torch.int32) >> 28) & 0x8)).to(torch.uint8), sf8
+
+
+def flashinfer_nvfp4_cache(x: torch.Tensor, g: float) -> tuple:
+    """The spec's caches for K = x at slots 0.. of pages of 16: (codes (T, heads, 128), scale bytes
+    (T, heads, 8)), unpacked, as FlashInfer's [pages, P, H, 64] / [pages, P, H, 8] tensors read."""
+    m = module("flashinfer_nvfp4")
+    page, heads = 16, x.shape[1]
+    cache = m.alloc_cache(-(-x.shape[0] // page), page, heads=heads)
+    gs = torch.tensor([g], dtype=torch.float32)
+    m.quantize_store_ref(x, x, torch.arange(x.shape[0]), cache, page, gs, gs)
+    assert cache.k_cache.shape[-1] == 64 and cache.k_sf.shape[-1] == 8
+    packed = cache.k_cache.reshape(-1, heads, 64)[: x.shape[0]]
+    codes = torch.stack((packed & 0xF, packed >> 4), -1).flatten(-2)
+    assert cache.k_sf.dtype == torch.float8_e4m3fn                 # FlashInfer's dtype for its scale caches
+    return codes, cache.k_sf.view(torch.uint8).reshape(-1, heads, 8)[: x.shape[0]]
+
+
+@pytest.mark.parametrize("g", NVFP4_GLOBALS, ids=str)
+def test_flashinfer_nvfp4_differs_from_flashinfers_writer_by_its_reciprocal_and_signed_zeros(g):
+    """Scale bytes equal everywhere. Codes: with FlashInfer's division restated exactly, equal except
+    where FlashInfer keeps a sign kvlayout's codes drop (a negative zero or NaN in a block whose scale
+    is 0, a negative NaN anywhere: its code 8, kvlayout's 0); with its reciprocal (x * (1 / (s g))),
+    also codes one apart where the rounded reciprocal moves a value across a midpoint."""
+    x = peer_rows(256, 52).view(-1, 2, 128)
+    codes, scales = flashinfer_nvfp4_cache(x, g)
+    t = x.float().unflatten(-1, (8, 16))
+    div_codes, their_scales = flashinfer_nvfp4_block(t, g, reciprocal=False)
+    rcp_codes, _ = flashinfer_nvfp4_block(t, g, reciprocal=True)
+    assert torch.equal(scales, their_scales)
+    ours = codes.unflatten(-1, (8, 16))
+    zero_scale = (their_scales == 0)[..., None]
+    signed = ((t.view(torch.int32) < 0) & (zero_scale | t.isnan())) & (ours == (div_codes & 0x7))
+    assert torch.equal(ours[~signed], div_codes[~signed])
+    assert signed.any()
+    moved = (ours != rcp_codes) & ~signed
+    step = (ours.to(torch.int32) - rcp_codes.to(torch.int32)).abs()[moved]
+    assert bool((step == 1).all())

@@ -78,6 +78,20 @@ def _encode_e2m1(q):
 
 
 @triton.jit
+def _encode_e2m1_products(x, d):
+    """x / d -> fp4 e2m1 codes without the quotient (sglang's NVFP4 encoder): |x| compared with d
+    times each midpoint of _encode_e2m1, each product rounded to fp32 (so a value within an ulp of
+    a midpoint may round otherwise than its exact quotient would). The sign is x's bit, a NaN's too
+    (a NaN fails every comparison: +-0); d = 0 (a zero scale) gives +0 for every value."""
+    a = tl.abs(x)
+    code = ((a > d * 0.25).to(tl.int32) + (a >= d * 0.75).to(tl.int32) + (a > d * 1.25).to(tl.int32)
+            + (a >= d * 1.75).to(tl.int32) + (a > d * 2.5).to(tl.int32) + (a >= d * 3.5).to(tl.int32)
+            + (a > d * 5.0).to(tl.int32))
+    sign = (x.to(tl.int32, bitcast=True) >> 28) & 0x8
+    return tl.where(d > 0, code | sign, 0).to(tl.uint8)
+
+
+@triton.jit
 def _decode_e2m1(codes):
     """fp4 e2m1 codes (the low 4 bits of uint8) -> fp32, exactly: exponent field e, mantissa bit m:
     m / 2 for e = 0, else (1 + m / 2) * 2^(e - 1); bit 3 the sign (code 8 is -0)."""
@@ -107,6 +121,18 @@ def _store_fp32(addr, scale, mask, EVICTION: tl.constexpr):
 def _store_fp32_pow2(addr, exponent, mask, EVICTION: tl.constexpr):
     """Write fp32 scales 2**exponent at byte addresses `addr`."""
     tl.store(addr.to(tl.pointer_type(tl.float32)), _exp2i(exponent), mask=mask, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _store_codes(addr, codes, mask, EVICTION: tl.constexpr):
+    """Write one-byte scale codes (fp8 scales, already encoded) at byte addresses `addr`."""
+    tl.store(addr, codes, mask=mask, eviction_policy=EVICTION)
+
+
+@triton.jit
+def _load_codes(addr, mask, EVICTION: tl.constexpr):
+    """Read one-byte scale codes at byte addresses `addr`; masked-off lanes read 0."""
+    return tl.load(addr, mask=mask, other=0, eviction_policy=EVICTION)
 
 
 @triton.jit

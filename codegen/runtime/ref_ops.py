@@ -62,6 +62,9 @@ class _RefGroup(NamedTuple):
     ff_is_nan: bool = False   # ue8m0 byte 0xFF reads as NaN (else as +inf)
     scale_floor: float = 0.0  # rule exact: the least scale (0: none)
     given: bool = False       # a call-time scale (one fp32 per plane, an op argument; nothing stored)
+    code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
+    two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
+    products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
 
 
 class _RefSegment(NamedTuple):
@@ -82,7 +85,7 @@ class _RefSegment(NamedTuple):
     dense_column: int         # first byte of the segment's scales in a dense scale row
     scale_split: int = 1      # N where the region splits scale as scale // N and scale % N
     scale_lo: int = 0         # then: bytes from one scale to the next within N
-    given_index: int = 0      # a given group's place among the layout's given groups (in a plane's scales)
+    given_index: int = 0      # a given or two-level group's place among the layout's call-time scales (in a plane's)
 
     @property
     def tile(self) -> int:
@@ -114,12 +117,19 @@ def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
     return e.clamp(g.exponent_lo, g.exponent_hi)
 
 
-def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor, global_scale=None) -> torch.Tensor:
     """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
     values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
-    its reciprocal, which is not), then raised to the scale floor."""
+    its reciprocal, which is not), then raised to the scale floor. Two-level: amax / (fmax * g), the
+    product rounded to fp32. An fp8 scale format: that scale rounded to its nearest code (saturated),
+    as the code's fp32 value."""
     a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
-    scale = (a.view(torch.float32).to(torch.float64) / g.fmax).to(torch.float32)
+    divisor = torch.tensor(g.fmax, dtype=torch.float32, device=a.device)
+    if global_scale is not None:
+        divisor = divisor * global_scale
+    scale = (a.view(torch.float32).to(torch.float64) / divisor.to(torch.float64)).to(torch.float32)
+    if g.code is not None:
+        return _ref_decode(_ref_encode(scale, g.code), g.code)
     return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
 
 
@@ -127,6 +137,9 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
     """Write scales (exact fp32 values, or exponents) at byte addresses `addr` of the uint8 view `flat`."""
     if g.format == "ue8m0":
         flat[addr] = (scale + g.bias).to(torch.uint8)
+        return
+    if g.code is not None:
+        flat[addr] = _ref_encode(scale, g.code)
         return
     value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
     flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
@@ -141,18 +154,34 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
         if g.ff_is_nan:
             bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
         return bits.view(torch.float32)
+    if g.code is not None:
+        return _ref_decode(flat[addr], g.code)
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 
 
-def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor) -> tuple:
+def _ref_encode_products(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """x / d -> fp4 e2m1 codes by comparing |x| with d times each midpoint, each product an fp32
+    (the kernels' _encode_e2m1_products): the sign is x's bit, a NaN's too; d = 0 gives +0."""
+    a = x.abs()
+    code = sum(((a >= d * m) if tie_up else (a > d * m)).to(torch.int32) for m, tie_up in _E2M1_MIDPOINTS)
+    code = code | ((x.view(torch.int32) >> 28) & 0x8)
+    return torch.where(d > 0, code, 0).to(torch.uint8)
+
+
+def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
-    format packs two, and the fp32 scales or exponents (..., tiles))."""
+    format packs two, and the fp32 scales or exponents (..., tiles)). global_scale: a two-level
+    group's call-time scale g, shaped to broadcast over the scales: values are divided by scale * g."""
     g = seg.group
-    x = rows.to(torch.float32).unflatten(-1, (seg.tiles, -1))
+    x = _ref_cast(rows, torch.float32, computed=False).unflatten(-1, (seg.tiles, -1))   # as the GPU widens: NaN signs
     amax = _ref_magnitude_bits(x).amax(-1)
     if g.exact:
-        scale = _ref_exact_scale(g, amax)
-        q = torch.where(scale[..., None] > 0, (x.to(torch.float64) / scale[..., None]).to(torch.float32), 0.0)
+        scale = _ref_exact_scale(g, amax, global_scale)
+        d = (scale if global_scale is None else scale * global_scale)[..., None]
+        if g.products:
+            codes = _ref_encode_products(x, d).flatten(-2)
+            return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+        q = torch.where(d > 0, (x.to(torch.float64) / d.to(torch.float64)).to(torch.float32), 0.0)
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
@@ -232,7 +261,8 @@ def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, s
                 records[_ref_segment_bytes(seg, rec_row)] = _ref_given_codes(seg, x[..., seg.columns],
                                                                              _ref_given_scale(seg, scales, plane))
                 continue
-            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns])
+            g = _ref_given_scale(seg, scales, plane) if seg.group.two_level else None
+            codes, scale = _ref_quantize_rows(seg, x[..., seg.columns], g)
             records[_ref_segment_bytes(seg, rec_row)] = codes
             _ref_scale_store(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                              _ref_scale_addresses(seg, G, plane, page, slot, head, block), scale)
@@ -261,6 +291,8 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 scale = _ref_scale_load(seg.group, _ref_plane_fields(cache, plane, seg.scale_field),
                                         _ref_scale_addresses(seg, G, plane, page, slot, head, block))
                 x = _ref_codes(seg, codes) * scale.repeat_interleave(seg.tile, -1)
+                if seg.group.two_level:
+                    x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
     return outs[0] if len(PLANES) == 1 else outs
 

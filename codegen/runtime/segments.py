@@ -55,20 +55,30 @@ def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
 
 
 @triton.jit
-def _scaled_groups(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr):
+def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
+                 GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
-    fp32, and each group's scale: (values divided by their group's scale, the scales). Lanes not
-    read load +0, which leaves amax as it is. SCALE_OF(amax bits): the scale exponent (power-of-two
-    rules) or the fp32 scale (EXACT)."""
+    codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
+    is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
+    GLOBAL, SCALE_OF(amax bits, g) relative to the global scale g, and values divided by scale * g).
+    ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
+    values with multiples of the divisor instead of dividing."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
-    scale = SCALE_OF(amax)
-    if EXACT:
-        q = tl.where(scale[:, :, None] > 0, tl.math.div_rn(x, scale[:, :, None]), 0.0)   # an all-zero group stays 0
+    if GLOBAL:
+        scale = SCALE_OF(amax, g)
+        d = scale * g                                                        # the block's divisor, rounded
     else:
-        q = x * _exp2i(-scale)[:, :, None]                                  # exact: a power of two
-    return q, scale
+        scale = SCALE_OF(amax)
+        d = scale
+    if PRODUCTS:
+        codes = ENCODE(x, d[:, :, None])
+    elif EXACT:
+        codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
+    else:
+        codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
+    return codes, scale
 
 
 @triton.jit
@@ -76,12 +86,14 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
+                      GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
-    ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales.
+    ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales; GLOBAL,
+    PRODUCTS, g: two-level scales and comparison encoders (see _group_codes).
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
     lane = _group_lanes(GROUP, LANES)
@@ -91,8 +103,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
-        q, scale = _scaled_groups(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF)
-        codes = ENCODE(q)
+        codes, scale = _group_codes(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
@@ -103,7 +114,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
                         SCALE_EVICTION: tl.constexpr, WORD: tl.constexpr,
                         GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                         DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr, LOAD_SCALE_WORDS: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0):
+                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
+                      GLOBAL: tl.constexpr = False, g=1.0):
     """Codes at record byte BYTE_OFFSET times their scales -> out values from VALUE_OFFSET (rows not
     row_ok read as 0), CHUNK groups (GROUP values that share a scale; 1: one scale per value index,
     a `tokens` group; LANES: see _group_lanes) at a time.
@@ -111,7 +123,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
-    block, ...) reads them as words, `block` being the row's block in its page.
+    block, ...) reads them as words, `block` being the row's block in its page. GLOBAL: the
+    values are then multiplied by the global scale g too (two-level scales: code * scale * g).
     """
     lane = _group_lanes(GROUP, LANES)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
@@ -145,6 +158,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
         else:
             scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
             x = DECODE(codes) * scale[:, :, None]
+        if GLOBAL:
+            x = tl.where(read[:, :, None], x * g, 0.0)                  # rows not read: +0 whatever g's sign
         if CANON_NAN:
             x = _canonical_nan(x)
         write = _in_group((out_ok[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
@@ -156,7 +171,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                              SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, SCALE_EVICTION: tl.constexpr,
                              GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                              EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                             SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0,
+                             GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
     BYTE_OFFSET."""
@@ -167,9 +183,9 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         in_segment = (tile < TILES)[None, :]
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
-        q, scale = _scaled_groups(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
-                                  EXACT, SCALE_OF)
-        even, odd = tl.split(tl.reshape(ENCODE(q), (q.shape[0], CHUNK, GROUP // 2, 2)))
+        codes, scale = _group_codes(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
+                                    EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
+        even, odd = tl.split(tl.reshape(codes, (codes.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
@@ -180,9 +196,9 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
                                SC_STRIDE: tl.constexpr, TILES: tl.constexpr, CHUNK: tl.constexpr, CANON_NAN: tl.constexpr,
                                SCALE_EVICTION: tl.constexpr, GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr,
                                BYTE_OFFSET: tl.constexpr, DECODE: tl.constexpr, LOAD_SCALE: tl.constexpr,
-                      SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
+                               SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, GLOBAL: tl.constexpr = False, g=1.0):
     """_dequantize_segment for formats of two codes per byte (fp4): the low nibble of a group's byte
-    i is its value 2i, the high nibble value 2i + 1."""
+    i is its value 2i, the high nibble value 2i + 1 (GLOBAL, g: see _dequantize_segment)."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     for first in range(0, TILES, CHUNK):
@@ -194,6 +210,8 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
         scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
         x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
+        if GLOBAL:
+            x = tl.where(read[:, :, None], x * g, 0.0)                  # rows not read: +0 whatever g's sign
         if CANON_NAN:
             x = _canonical_nan(x)
         index = tile[None, :, None] * GROUP + lane[None, None, :]
