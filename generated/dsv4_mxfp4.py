@@ -732,6 +732,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
     BYTE_OFFSET."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
+    LOAD_VEC: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth    # values in one 16-byte load
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
@@ -741,7 +742,10 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                                     EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
         even, odd = tl.split(tl.reshape(codes, (codes.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
-        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
+        # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
+        # that many bytes, not the group's, gives the store the load's layout (no trip through shared memory).
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, LOAD_VEC // 2])
+        tl.store(at, even | (odd << 4), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
@@ -755,12 +759,16 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
     i is its value 2i, the high nibble value 2i + 1 (GLOBAL, g: see _dequantize_segment)."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
+    STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
-        codes = tl.load(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), mask=read[:, :, None], other=0)
+        # Claiming runs of the bytes of one output store (not the group's) gives the codes' load the
+        # layout the joined values are stored in: no tile moves through shared memory between them.
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, STORE_VEC // 2])
+        codes = tl.load(at, mask=read[:, :, None], other=0)
         scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
         x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
@@ -859,29 +867,31 @@ def _row_offset(token, head, stride_t, stride_h):
 @triton.jit
 def _encode_e2m1(q):
     """fp32 -> fp4 e2m1 codes (uint8, 0..15; bit 3 the sign): round to nearest even onto
-    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too). Seven comparisons with the
-    midpoints between neighbouring codes, each tie going to the even code (> where the lower
-    neighbour is even, >= where the upper one is). e2m1 has no NaN: a NaN fails every comparison
-    and gives +0 (the sign of a NaN is not kept: the GPU's arithmetic returns the canonical NaN).
-    sm_90 has no e2m1 conversion, and this is exact everywhere."""
-    a = tl.abs(q)
-    code = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
-            + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
-    sign = tl.where(q == q, (q.to(tl.int32, bitcast=True) >> 28) & 0x8, 0)
-    return (code | sign).to(tl.uint8)
+    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too), by integer arithmetic on q's
+    bits (sm_90 has no e2m1 conversion; this is exact everywhere). From 1 up, a code is the fp32
+    exponent and top mantissa bit, (exponent - 126) * 2 + m, after rounding the mantissa to that
+    bit (ties to even; the carry may raise the exponent); below 1 it counts the midpoints 0.25 and
+    0.75 that |q| passes (> and >=: ties to the even codes 0 and 1.0). e2m1 has no NaN: a NaN gives
+    +0 (its sign is not kept: the GPU's arithmetic returns the canonical NaN)."""
+    bits = q.to(tl.int32, bitcast=True)
+    magnitude = tl.minimum(bits & 0x7FFFFFFF, 0x40C00000)            # saturated at 6.0 (a NaN: 6.0, masked below)
+    normal = ((magnitude + 0x1FFFFF + ((magnitude >> 22) & 1)) >> 22) - 252
+    a = magnitude.to(tl.float32, bitcast=True)
+    small = (a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32)
+    code = tl.where(magnitude >= 0x3F800000, normal, small) | ((bits >> 28) & 0x8)
+    return tl.where(q == q, code, 0).to(tl.uint8)
 
 
 @triton.jit
 def _decode_e2m1(codes):
-    """fp4 e2m1 codes (the low 4 bits of uint8) -> fp32, exactly: exponent field e, mantissa bit m:
-    m / 2 for e = 0, else (1 + m / 2) * 2^(e - 1); bit 3 the sign (code 8 is -0)."""
+    """fp4 e2m1 codes (the low 4 bits of uint8) -> fp32, exactly, by integer arithmetic (no
+    conversion instructions): a magnitude code k = 2e + m from 2 up is 2^(e - 1) (1 + m / 2), whose
+    fp32 bits are (k << 22) + 0x3F000000 (exponent e + 126, mantissa bit m); k = 1 is 0.5
+    (0x3F000000), k = 0 is 0; bit 3 the sign (code 8 is -0)."""
     c = codes.to(tl.int32)
-    e = (c >> 1) & 0x3
-    m = (c & 0x1).to(tl.float32)
-    magnitude = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
-    # the sign as a bit (Triton 3.6 compiles -x as 0 - x, which turns -0 into +0)
-    sign = (c & 0x8) << 28
-    return (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    k = c & 0x7
+    magnitude = tl.where(k >= 2, (k << 22) + 0x3F000000, k * 0x3F000000)
+    return (magnitude | ((c & 0x8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -65,16 +65,19 @@ def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.const
 @triton.jit
 def _encode_e2m1(q):
     """fp32 -> fp4 e2m1 codes (uint8, 0..15; bit 3 the sign): round to nearest even onto
-    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too). Seven comparisons with the
-    midpoints between neighbouring codes, each tie going to the even code (> where the lower
-    neighbour is even, >= where the upper one is). e2m1 has no NaN: a NaN fails every comparison
-    and gives +0 (the sign of a NaN is not kept: the GPU's arithmetic returns the canonical NaN).
-    sm_90 has no e2m1 conversion, and this is exact everywhere."""
-    a = tl.abs(q)
-    code = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
-            + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
-    sign = tl.where(q == q, (q.to(tl.int32, bitcast=True) >> 28) & 0x8, 0)
-    return (code | sign).to(tl.uint8)
+    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too), by integer arithmetic on q's
+    bits (sm_90 has no e2m1 conversion; this is exact everywhere). From 1 up, a code is the fp32
+    exponent and top mantissa bit, (exponent - 126) * 2 + m, after rounding the mantissa to that
+    bit (ties to even; the carry may raise the exponent); below 1 it counts the midpoints 0.25 and
+    0.75 that |q| passes (> and >=: ties to the even codes 0 and 1.0). e2m1 has no NaN: a NaN gives
+    +0 (its sign is not kept: the GPU's arithmetic returns the canonical NaN)."""
+    bits = q.to(tl.int32, bitcast=True)
+    magnitude = tl.minimum(bits & 0x7FFFFFFF, 0x40C00000)            # saturated at 6.0 (a NaN: 6.0, masked below)
+    normal = ((magnitude + 0x1FFFFF + ((magnitude >> 22) & 1)) >> 22) - 252
+    a = magnitude.to(tl.float32, bitcast=True)
+    small = (a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32)
+    code = tl.where(magnitude >= 0x3F800000, normal, small) | ((bits >> 28) & 0x8)
+    return tl.where(q == q, code, 0).to(tl.uint8)
 
 
 @triton.jit
@@ -93,15 +96,14 @@ def _encode_e2m1_products(x, d):
 
 @triton.jit
 def _decode_e2m1(codes):
-    """fp4 e2m1 codes (the low 4 bits of uint8) -> fp32, exactly: exponent field e, mantissa bit m:
-    m / 2 for e = 0, else (1 + m / 2) * 2^(e - 1); bit 3 the sign (code 8 is -0)."""
+    """fp4 e2m1 codes (the low 4 bits of uint8) -> fp32, exactly, by integer arithmetic (no
+    conversion instructions): a magnitude code k = 2e + m from 2 up is 2^(e - 1) (1 + m / 2), whose
+    fp32 bits are (k << 22) + 0x3F000000 (exponent e + 126, mantissa bit m); k = 1 is 0.5
+    (0x3F000000), k = 0 is 0; bit 3 the sign (code 8 is -0)."""
     c = codes.to(tl.int32)
-    e = (c >> 1) & 0x3
-    m = (c & 0x1).to(tl.float32)
-    magnitude = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
-    # the sign as a bit (Triton 3.6 compiles -x as 0 - x, which turns -0 into +0)
-    sign = (c & 0x8) << 28
-    return (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    k = c & 0x7
+    magnitude = tl.where(k >= 2, (k << 22) + 0x3F000000, k * 0x3F000000)
+    return (magnitude | ((c & 0x8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

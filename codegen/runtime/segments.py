@@ -178,6 +178,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
     BYTE_OFFSET."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
+    LOAD_VEC: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth    # values in one 16-byte load
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
@@ -187,7 +188,10 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                                     EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
         even, odd = tl.split(tl.reshape(codes, (codes.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
-        tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), even | (odd << 4), mask=ok[:, :, None])
+        # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
+        # that many bytes, not the group's, gives the store the load's layout (no trip through shared memory).
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, LOAD_VEC // 2])
+        tl.store(at, even | (odd << 4), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
@@ -201,12 +205,16 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
     i is its value 2i, the high nibble value 2i + 1 (GLOBAL, g: see _dequantize_segment)."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
+    STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
         read = row_ok[:, None] & in_segment                                  # [rows, tiles]
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
-        codes = tl.load(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), mask=read[:, :, None], other=0)
+        # Claiming runs of the bytes of one output store (not the group's) gives the codes' load the
+        # layout the joined values are stored in: no tile moves through shared memory between them.
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, STORE_VEC // 2])
+        codes = tl.load(at, mask=read[:, :, None], other=0)
         scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
         x = tl.reshape(x, (codes.shape[0], CHUNK, GROUP)) * scale[:, :, None]
