@@ -348,10 +348,6 @@ def _segments(tree, groups, checks):
             if seg["dtype"] not in ELEMENT_FORMATS:
                 raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' needs a quantized (fp8) dtype",
                                 "give the raw segment a fixed width")
-            if ELEMENT_FORMATS[seg["dtype"]].packing > 1:
-                raise SpecError(seg.value_mark("values"), f"{where}.values: 'any' is not supported for {seg['dtype']}, "
-                                "which packs several values per byte (the tensors' last dim would count bytes)",
-                                "give the segment a fixed width")
             nvalues: Expr = sym(VALUES)
         else:
             nvalues = const(seg["values"])
@@ -372,7 +368,10 @@ def _segments(tree, groups, checks):
                                 f"segment {g['segment']!r}", "give each quantized segment its own scale group")
             g["segment"] = seg["name"]
         packing = element.packing if element is not None else 1
-        if packing > 1 and nvalues.const_value() % packing:
+        if packing > 1 and not nvalues.is_const:
+            checks.append((sym(VALUES), packing, f"the value count must be a multiple of {packing} ({dtype} packs "
+                           f"{packing} values per byte)"))
+        elif packing > 1 and nvalues.const_value() % packing:
             raise SpecError(seg.value_mark("values"), f"{where}.values: {dtype} packs {packing} values per byte, "
                             f"and {nvalues.const_value()} is not a multiple of {packing}", f"use a multiple of {packing}")
         out[i] = dict(name=seg["name"], dtype=dtype, values=nvalues, value_offset=value_offset, byte_offset=None,
@@ -489,6 +488,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
     if packing > 1 and g["kind"] == "tensor":
         raise SpecError(g["tree"].value_mark("group"), f"{where}.group: a given scale for {seg['dtype']} (two codes per "
                         "byte) is not supported", "use an fp8 element format, or a {values: N} group")
+    if packing > 1 and g["kind"] == "values" and not isinstance(g["size"], int):
+        raise SpecError(g["tree"].value_mark("group"), f"{where}.group: a {seg['dtype']} scale group over the whole "
+                        "segment of call-time width is not supported (a packed walk needs a power-of-two group known "
+                        "when the module is generated)", "use {values: 16} or {values: 32}")
     if packing > 1 and (g["kind"] != "values" or g["size"] % packing):
         raise SpecError(g["tree"].value_mark("group"), f"{where}.group: {seg['dtype']} packs {packing} values per byte, "
                         f"so a scale covers a whole number of bytes: {{values: N}} with N a multiple of {packing}",

@@ -423,6 +423,12 @@ class Layout:
                 else 0)
 
     @property
+    def values_per_byte(self) -> int:
+        """Codes per byte of the record's segment of call-time width (2: fp4, whose records tensor's
+        last dim counts bytes, half the values); 1 otherwise."""
+        return next((s.element.packing for s in self.segments if s.quantized and not s.values.is_const), 1)
+
+    @property
     def record_fields(self) -> tuple:
         """The index in the Cache tuple of each plane's records tensor."""
         return tuple(dict.fromkeys(self.field_index(p, self.records.buffer) for p in self.planes))

@@ -595,7 +595,7 @@ def flashinfer_nvfp4_cache(x: torch.Tensor, g: float) -> tuple:
     (T, heads, 8)), unpacked, as FlashInfer's [pages, P, H, 64] / [pages, P, H, 8] tensors read."""
     m = module("flashinfer_nvfp4")
     page, heads = 16, x.shape[1]
-    cache = m.alloc_cache(-(-x.shape[0] // page), page, heads=heads)
+    cache = m.alloc_cache(-(-x.shape[0] // page), page, heads=heads, values=128)
     gs = torch.tensor([g], dtype=torch.float32)
     m.quantize_store_ref(x, x, torch.arange(x.shape[0]), cache, page, gs, gs)
     assert cache.k_cache.shape[-1] == 64 and cache.k_sf.shape[-1] == 8
