@@ -29,9 +29,14 @@ MISSES = [
     "reading and writing back the same 2048 random 32-slot blocks takes 36.5-40 us (`python -m bench.floors`).",
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
-    "dsv4_mxfp4 at 131072 tokens (gather 56%, quantize_store 38%): a first version; a launch-shape sweep "
-    "(`kvlayout bench --sweep --only dsv4_mxfp4`) tops out at 46%, so the packed walks themselves (nibble "
-    "split and join through reshapes) bound it, not the shape.",
+    "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 72%, quantize_store 41-42%; dsv4_nvfp4 71-72% / 40-41%; "
+    "flashinfer_nvfp4 69-71% / 34%, its decode-size calls 5.2 us gather and 10.1-10.3 us quantize_store): the "
+    "per-value arithmetic bounds them, as sm_90 has no e2m1 conversion. Building the codes and their fp32 values "
+    "by integer arithmetic (no int-to-float conversions) made the gathers 22-28% faster and quantize_store 5-22% "
+    "(one run, both builds back to back: `kvlayout bench --against`); removing the layout conversions through "
+    "shared memory around a byte's two codes changed nothing (0-5%), and a launch-shape sweep gains under 3 points. "
+    "flashinfer_nvfp4's writer also divides each value (div.rn, as the quotient rule says); dsv4_nvfp4's compares "
+    "each with seven rounded products (sglang's rule). First tuning stop of the NVFP4 layouts.",
     "mxfp8_kv_128x4 quantize_store with random slots (69%, a first version): random slots as for mxfp8_kv "
     "(74%; a plain scatter of MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are "
     "4-byte runs 512 bytes apart (one per 128 values), not one run, which the scatter ceiling did not model.",

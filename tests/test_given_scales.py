@@ -13,8 +13,9 @@ from tests.corpus import adversarial_rows, generator, random_bytes
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, clone, dims, fresh_cache, given,
                            given_floats, module, pairs, per_plane)
 
-# Layouts with call-time scales: given scales, and global scales of two-level (NVFP4) block scales.
-GIVEN = ["vllm_fp8", "zoo_given_e5m2", "dsv4_nvfp4", "flashinfer_nvfp4", "zoo_nvfp4_heads"]
+# Layouts with call-time scales: given scales, and global scales of two-level (NVFP4) block scales
+# (zoo_nvfp4_heads, whose per-head global scales flashinfer_nvfp4 takes here too, runs the generic tests).
+GIVEN = ["vllm_fp8", "zoo_given_e5m2", "dsv4_nvfp4", "flashinfer_nvfp4"]
 # Scales a caller may pass: inexact quotients, fp32's smallest normal and subnormal (quotients
 # overflow and saturate), the largest finite, 0 (x / 0 = +-inf saturates, 0 / 0 is NaN), a negative
 # scale (signs flip), inf (quotients 0 or NaN) and NaN.
