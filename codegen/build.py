@@ -299,7 +299,7 @@ def _scale_groups(tree) -> dict:
                          amax_floor_bits=fp32_bits(floor) if floor is not None else 0,
                          scale_floor=fp32_value(scale_floor) if scale_floor is not None else None,
                          exponent_lo=lo, exponent_hi=hi, zero_byte=g["ue8m0_zero"], ff_byte=g["ue8m0_ff"], kind=kind, size=size, segment=None,
-                         global_name=g["global"], rounding=g["rounding"])
+                         global_name=g["global"], rounding=g["rounding"], nan=g["nan"])
     return out
 
 
@@ -323,6 +323,9 @@ def _check_given_group(name: str, g) -> None:
         if g[key] is not None:
             raise SpecError(g.key_mark(key), f"scales.{name}.{key}: a given scale is not computed from amax, "
                             "nor stored in the cache", f"remove {key}")
+    if g["nan"] != "ignore":
+        raise SpecError(g.key_mark("nan"), f"scales.{name}.nan: a given scale is not computed from the values, so "
+                        "a NaN among them cannot poison it", "remove nan")
 
 
 def _segments(tree, groups, checks):
@@ -504,6 +507,11 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
     if g["kind"] == "tokens" and (g["format"].name != "ue8m0" or g["rule"] == "exact"):
         raise SpecError(g["tree"].value_mark("format"), f"{where}: {{tokens: N}} groups rescale stored codes by powers "
                         "of two, so they need format: ue8m0 and a power-of-two rule", "use format: ue8m0")
+    if g["nan"] == "poison" and (seg["element"].specials == "none" or g["kind"] != "values"):
+        raise SpecError(g["tree"].value_mark("nan"), f"{where}.nan: 'poison' writes the NaN code for every value of "
+                        + (f"a group, and {seg['dtype']} has none" if seg["element"].specials == "none" else
+                           "a group of values, and a {tokens: N} group rescales stored codes"),
+                        "remove nan (ignore)")
     if g["rounding"] == "products" and seg["element"].name != "fp4_e2m1":
         raise SpecError(g["tree"].value_mark("rounding"), f"{where}.rounding: 'products' compares values with the "
                         f"scale times each midpoint between fp4 e2m1 codes, and segment {seg['name']!r} is {seg['dtype']}",

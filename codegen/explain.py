@@ -65,6 +65,8 @@ def explain(layout: Layout, sizes: dict) -> str:
                 floor += f" over the call's {'/'.join(f'{p}_{g.global_name}' for p in layout.planes)}"
             if g.rounding == "products":
                 floor += ", codes by comparisons"
+            if g.poison:
+                floor += ", a NaN poisons its group"
             scale = f"  scales: {g.name} ({g.format.name}, {g.rule}{floor}, {per})"
         lines.append(f"  bytes [{start:>5}, {end:>5})  {s.name:<6} {nv:>4} x {s.dtype:<11} "
                      f"values [{v0}, {v0 + nv}){scale}")

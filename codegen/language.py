@@ -87,13 +87,21 @@ SCALE_GROUP = Obj(title="a scale group", fields={
                       "x / scale (ties to even); 'products' (fp4 e2m1) = |x| compared with scale times each midpoint "
                       "between codes, each product rounded to fp32 (sglang's NVFP4 encoder, no division)",
                       "quotient"),
+    "nan": Field(Str(enum=("ignore", "poison")),
+                 "what a NaN among a group's values does: 'ignore' = amax skips it and it alone becomes the NaN "
+                 "code (the GPU's max.f32: the seeds, vLLM's fmaxf, sglang's Triton writers); 'poison' = the whole "
+                 "group is NaN, its scale stored as NaN (ue8m0 0xFF, fp32 the canonical NaN, e4m3 0x7F) and every "
+                 "code the NaN code (torch-amax references: FlashMLA's tests/quant.py, torchao's to_mx); fp8 "
+                 "elements and {values: N} groups only",
+                 "ignore"),
     "ue8m0_zero": Field(Str(enum=("zero", "pow2")),
                         "what scale byte 0x00 decodes to: 'pow2' = 2^-127 exactly (OCP MX); 'zero' = 0.0, what a GPU "
                         "exp2 of -127 gives (DSv4 seed)",
                         "pow2"),
     "ue8m0_ff": Field(Str(enum=("inf", "nan")),
                       "what scale byte 0xFF decodes to: 'inf' = +inf, as both seeds do (2^(255 - 127) overflows); "
-                      "'nan' = NaN, as OCP MX v1.0 and torch's float8_e8m0fnu define it. Writers never store 0xFF",
+                      "'nan' = NaN, as OCP MX v1.0 and torch's float8_e8m0fnu define it. Writers store 0xFF only "
+                      "for a group that nan: poison makes NaN",
                       "inf"),
     "pad_to": Field(OneOf((Int(minimum=1, maximum=MAX_VALUES), Null())),
                     "for {values: N} groups: scale entries stored per token and head, padding included (DSv4: 7 -> 8); "

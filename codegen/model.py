@@ -45,6 +45,8 @@ class ScaleGroup:
                                   # <plane>_<global_name> that every block scale is relative to
     rounding: str = "quotient"    # rule exact: codes of x / scale ("quotient"), or of comparisons of
                                   # |x| with scale times each midpoint ("products", fp4 e2m1 only)
+    nan: str = "ignore"           # a NaN among a group's values: skipped by amax ("ignore"), or the
+                                  # whole group NaN, its scale and every code ("poison")
 
     @property
     def exact(self) -> bool:
@@ -66,6 +68,16 @@ class ScaleGroup:
         """The suffix of this group's call-time tensor per plane (<plane>_<suffix>): a given scale's
         own name, a two-level group's global scale; None for groups computed and stored alone."""
         return self.name if self.given else self.global_name
+
+    @property
+    def poison(self) -> bool:
+        return self.nan == "poison"
+
+    @property
+    def poison_exponent(self) -> int:
+        """The exponent a poisoned group of a power-of-two rule takes: one above the format's range
+        (ue8m0: byte 0xFF; fp32: stored as NaN by the group's store)."""
+        return self.format.exponent_max + 1
 
     @property
     def code_format(self) -> ElementFormat | None:
@@ -107,6 +119,8 @@ class ScaleGroup:
     @property
     def store_function(self) -> str:
         """The runtime/codes.py function that writes this group's scales (an exponent, or an exact value)."""
+        if self.poison and self.format.name == "fp32":
+            return "_store_fp32"        # a poisoned power of two is written as NaN (its wrapper builds the value)
         return self.format.store_value if self.exact else self.format.store_pow2
 
     @property

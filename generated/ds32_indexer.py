@@ -776,13 +776,16 @@ def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
 
 @triton.jit
 def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
-                 GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g):
+                 GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g, POISON: tl.constexpr = False,
+                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
     codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
     is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
     GLOBAL, SCALE_OF(amax bits, g) relative to the global scale g, and values divided by scale * g).
     ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
-    values with multiples of the divisor instead of dividing."""
+    values with multiples of the divisor instead of dividing. POISON: a group holding a NaN is NaN
+    as a whole: every code NAN_CODE, its scale the canonical NaN (EXACT) or POISON_EXPONENT (which
+    its store writes as the format's NaN)."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
@@ -798,6 +801,14 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
         codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
     else:
         codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
+    if POISON:
+        nan = tl.max((x != x).to(tl.int32), axis=2) > 0                      # a NaN among the group's values
+        codes = tl.where(nan[:, :, None], NAN_CODE, codes).to(tl.uint8)
+        if EXACT:
+            scale = tl.where(nan, tl.full(scale.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True),
+                             scale)
+        else:
+            scale = tl.where(nan, POISON_EXPONENT, scale)
     return codes, scale
 
 
@@ -807,13 +818,15 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
                       SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
-                      GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
+                      GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0,
+                      POISON: tl.constexpr = False, NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
     ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales; GLOBAL,
-    PRODUCTS, g: two-level scales and comparison encoders (see _group_codes).
+    PRODUCTS, g: two-level scales and comparison encoders; POISON, NAN_CODE, POISON_EXPONENT: groups
+    a NaN makes NaN as a whole (see _group_codes).
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
     lane = _group_lanes(GROUP, LANES)
@@ -823,7 +836,8 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
-        codes, scale = _group_codes(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
+        codes, scale = _group_codes(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g,
+                                    POISON, NAN_CODE, POISON_EXPONENT)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
@@ -1512,6 +1526,7 @@ class _RefGroup(NamedTuple):
     code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
     two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
     products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
+    poison: bool = False      # a group holding a NaN is NaN as a whole: its scale and every code
 
 
 class _RefSegment(NamedTuple):
@@ -1589,6 +1604,9 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
         flat[addr] = _ref_encode(scale, g.code)
         return
     value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
+    if g.poison:                 # a poisoned group's scale (NaN, or the exponent above the range): the canonical NaN
+        nan = (value.isnan() if g.exact else scale > g.exponent_max)
+        value = torch.where(nan, torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=value.device).view(torch.float32), value)
     flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
 
 
@@ -1623,7 +1641,12 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) 
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
-    codes = _ref_encode(q, seg.code).flatten(-2)
+    codes = _ref_encode(q, seg.code)
+    if g.poison:                 # a NaN among a group's values: every code the NaN code, the scale NaN
+        nan = x.isnan().any(-1)
+        codes = torch.where(nan[..., None], _CODE_DTYPES[seg.code][2], codes).to(torch.uint8)
+        scale = torch.where(nan, float("nan"), scale) if g.exact else torch.where(nan, g.exponent_max + 1, scale)
+    codes = codes.flatten(-2)
     return (_ref_pack(codes) if seg.packing == 2 else codes), scale
 
 

@@ -1202,6 +1202,7 @@ class _RefGroup(NamedTuple):
     code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
     two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
     products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
+    poison: bool = False      # a group holding a NaN is NaN as a whole: its scale and every code
 
 
 class _RefSegment(NamedTuple):

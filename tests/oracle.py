@@ -456,6 +456,14 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None 
                     for j in range(n // size):
                         x = x32[first + j * size: first + (j + 1) * size]
                         a = spec.amax(name, x)
+                        if spec.scales[name].get("nan") == "poison" and np.isnan(x).any():
+                            # the whole group NaN: every code the NaN code, the scale the format's NaN
+                            codes = np.full(size, NAN_CODE[fmt], dtype=np.uint8)
+                            stored = {"ue8m0": np.array([0xFF], dtype=np.uint8), "e4m3": np.array([0x7F], dtype=np.uint8),
+                                      "fp32": np.array([NAN32], dtype=np.uint32).view(np.uint8)}[spec.scales[name]["format"]]
+                            state.write(plane, "records", page_id, where, pack(fmt, codes), skip=byte + j * size // packing(fmt))
+                            state.write(plane, name, page_id, {"slot": slot, "head": head, "scale": j}, stored)
+                            continue
                         if spec.scales[name]["format"] == "e4m3":
                             q, stored = e4m3_block(spec.scales[name], fmt, x, a, given, plane, head)
                             codes = q if spec.scales[name].get("rounding") == "products" else encode(fmt, q)

@@ -199,4 +199,5 @@ def test_results_summary_is_generated_from_the_bench_json():
     from bench import report
     text = report.render()
     assert (ROOT / "bench" / "RESULTS.md").read_text() == text, "run python -m bench.report"
-    assert len(text.splitlines()) <= 140      # one table row per layout, op and scenario: grows with the specs
+    # one table row per layout, op and scenario (which grows with the specs); the prose stays short
+    assert sum(not line.startswith("|") for line in text.splitlines()) <= 40

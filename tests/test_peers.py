@@ -104,6 +104,24 @@ def test_ds41_mla_equals_flashmlas_reference_except_where_it_propagates_nan():
     assert bool(differ[poisoned].all()) and not differ[~poisoned].any()
 
 
+def test_nan_poison_reproduces_flashmlas_reference_on_every_nan_tile():
+    """The same records with the spec's `nan: poison` (tests/specs/zoo_poison_v41.yaml): every tile
+    holding a NaN is now FlashMLA's (scale 0xFF, every code a NaN code: 0x7F here, 0x7F or 0xFF there,
+    the sign of whichever NaN the CPU's division returns); only the tiles with an infinity and no NaN
+    still differ (FlashMLA's amax / 448 is inf there: scale 0xFF, finite codes 0, where the spec takes
+    the largest exponent, 2^120)."""
+    x = peer_rows(512, 41)
+    tiles = x.float().unflatten(-1, (-1, 32))
+    data, scale = module("zoo_poison_v41").quantize_ref(x)
+    codes, scales = flashmla_v41(x)
+    assert not (data.view(torch.uint8) == 0xFF).any()        # the spec's NaN code is 0x7F
+    theirs = (torch.where(codes == 0xFF, 0x7F, codes).to(torch.uint8), scales)
+    differ = _mismatched_tiles((data.view(torch.uint8), scale.view(torch.uint8)), theirs, 32)
+    nan, inf = tiles_with(tiles, torch.isnan), tiles_with(tiles, torch.isinf)
+    assert nan.any() and not differ[nan].any()
+    assert bool(differ[inf & ~nan].all()) and not differ[~inf & ~nan].any()
+
+
 def test_ds41_mla_differs_from_vllms_writer_only_below_its_amax_floor():
     """vLLM floors amax at 1e-4 (scale >= 2^-22) where FlashMLA floors amax / 448 (scale >= 2^-13):
     the tiles with amax < 448e-4 get another scale byte; an infinite amax gives vLLM's byte 255

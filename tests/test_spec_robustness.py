@@ -188,6 +188,13 @@ SEMANTIC = [
     ("a global scale with a dense op", edit(SHIPPED["flashinfer_nvfp4"], "ops: [quantize_store, gather_dequant]",
                                             "ops: [quantize_store, gather_dequant, dequantize]"),
      "flashinfer_nvfp4", ["ops[2]", "takes no global scale", "drop quantize and dequantize"]),
+    # the NaN policy
+    ("nan poison for fp4 values", edit(SHIPPED["dsv4_mxfp4"], "    group: {values: 32}", "    group: {values: 32}\n    nan: poison"),
+     "dsv4_mxfp4", ["scales.nope.nan", "fp4_e2m1 has none", "remove nan"]),
+    ("nan poison for token groups", edit(SHIPPED["mxfp8_v_seqblocked"], "    group: {tokens: 32}", "    group: {tokens: 32}\n    nan: poison"),
+     "mxfp8_v_seqblocked", ["scales.x.nan", "{tokens: N} group rescales"]),
+    ("nan poison for a given scale", edit(SHIPPED["vllm_fp8"], "group: tensor}", "group: tensor, nan: poison}"),
+     "vllm_fp8", ["scales.scale.nan", "cannot poison it"]),
     # buffers that hold every plane (a `plane` coordinate)
     ("plane in a one-plane layout", edit(SHIPPED["dsv4_k"], "order: [slot, head]", "order: [slot, head, plane]"), "dsv4_k",
      ["order[2]", "'plane' orders the planes", "remove 'plane'"]),

@@ -65,6 +65,7 @@ class _RefGroup(NamedTuple):
     code: str | None = None   # an fp8 scale format's codes (a _CODE_DTYPES key): each scale rounded to one
     two_level: bool = False   # block scales relative to a call-time global scale (see _ref_quantize_rows)
     products: bool = False    # codes from comparisons of |x| with scale * midpoint (_ref_encode_products)
+    poison: bool = False      # a group holding a NaN is NaN as a whole: its scale and every code
 
 
 class _RefSegment(NamedTuple):
@@ -142,6 +143,9 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
         flat[addr] = _ref_encode(scale, g.code)
         return
     value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
+    if g.poison:                 # a poisoned group's scale (NaN, or the exponent above the range): the canonical NaN
+        nan = (value.isnan() if g.exact else scale > g.exponent_max)
+        value = torch.where(nan, torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=value.device).view(torch.float32), value)
     flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
 
 
@@ -185,7 +189,12 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) 
     else:
         scale = _ref_exponent(g, amax)
         q = x * _ref_exp2i(-scale)[..., None]
-    codes = _ref_encode(q, seg.code).flatten(-2)
+    codes = _ref_encode(q, seg.code)
+    if g.poison:                 # a NaN among a group's values: every code the NaN code, the scale NaN
+        nan = x.isnan().any(-1)
+        codes = torch.where(nan[..., None], _CODE_DTYPES[seg.code][2], codes).to(torch.uint8)
+        scale = torch.where(nan, float("nan"), scale) if g.exact else torch.where(nan, g.exponent_max + 1, scale)
+    codes = codes.flatten(-2)
     return (_ref_pack(codes) if seg.packing == 2 else codes), scale
 
 
