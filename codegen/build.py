@@ -129,9 +129,14 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                                 "rename a buffer")
     # names the kernels give their pointer parameters (<name>_ptr): planes, their outputs, cache fields
     pointers = planes + tuple(f"{p}_out" for p in planes) + tuple(owners)
+    arguments: dict = {}            # <plane>_<argument> -> the group that takes it
     for name, g in groups.items():
         for plane in planes if g.argument else ():
             argument = f"{plane}_{g.argument}"
+            if arguments.setdefault(argument, name) != name:
+                raise SpecError(tree["scales"][name].value_mark("global") if g.two_level else tree["scales"].key_mark(name),
+                                f"scales.{name}: plane {plane!r}'s call-time scale would be named {argument}, as group "
+                                f"{arguments[argument]!r}'s is", "give each group's call-time scale its own name")
             if argument in OP_PARAMETERS + OP_LOCALS + pointers or argument.startswith(tuple(f"{p}_stride" for p in planes)):
                 raise SpecError(tree["scales"][name].value_mark("global") if g.two_level else tree["scales"].key_mark(name),
                                 f"scales.{name}{'.global' if g.two_level else ''}: plane {plane!r}'s "
@@ -177,7 +182,12 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                             "layout with scales in the record does not have (yet)",
                             "drop quantize and dequantize; quantize_store and gather_dequant work")
     two_level = next((g for g in groups.values() if g.two_level), None)
+    packed_any = next((s for s in segments if s.quantized and s.element.packing > 1 and not s.values.is_const), None)
     for i, op in enumerate(ops):
+        if op in ("quantize", "dequantize") and packed_any is not None:
+            raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} takes its width from a dense tensor's last dim, "
+                            f"which for segment {packed_any.name!r} ({packed_any.dtype}, values: any) would count bytes",
+                            "drop quantize and dequantize, or give the segment a fixed width")
         if op in ("quantize", "dequantize") and two_level is not None:
             raise SpecError(tree["ops"].item_mark(i), f"ops[{i}]: {op!r} takes no global scale, which group "
                             f"{two_level.name!r} is relative to", "drop quantize and dequantize; quantize_store and "
@@ -187,7 +197,7 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                         "scale groups must share one format", "use one format, or drop the dense ops")
     sink = tree["slots"]["sink"]
     launch = _launch(tree, ops)
-    if launch.get("quantize_store", {}).get("head_rows") and any(g.given for g in groups.values()):
+    if launch.get("quantize_store", {}).get("head_rows") and any(g.argument for g in groups.values()):
         knobs = tree["tuning"]["quantize_store"]
         raise SpecError(knobs.value_mark("head_rows"), "tuning.quantize_store.head_rows: not with call-time scales "
                         "(their kernels read one scale per program)", "remove head_rows")
@@ -512,6 +522,10 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                         + (f"a group, and {seg['dtype']} has none" if seg["element"].specials == "none" else
                            "a group of values, and a {tokens: N} group rescales stored codes"),
                         "remove nan (ignore)")
+    if g["rounding"] == "products" and g["format"].name != "e4m3":
+        raise SpecError(g["tree"].value_mark("rounding"), f"{where}.rounding: 'products' is sglang's NVFP4 encoder, "
+                        f"for e4m3 block scales (this group's format is {g['format'].name})",
+                        "remove rounding, or set format: e4m3")
     if g["rounding"] == "products" and seg["element"].name != "fp4_e2m1":
         raise SpecError(g["tree"].value_mark("rounding"), f"{where}.rounding: 'products' compares values with the "
                         f"scale times each midpoint between fp4 e2m1 codes, and segment {seg['name']!r} is {seg['dtype']}",

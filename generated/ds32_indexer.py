@@ -1190,7 +1190,8 @@ def _quantize_store_kernel(
     # k: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_K_OFFSET + slot * CACHE_K_SLOT_STRIDE + head * CACHE_K_HEAD_STRIDE
-    _quantize_k(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=CACHE_K_SCALE_STRIDE, TILES=K_TILES, CHUNK=K_CHUNK,
+    _quantize_k(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+        SC_STRIDE=CACHE_K_SCALE_STRIDE, TILES=K_TILES, CHUNK=K_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 

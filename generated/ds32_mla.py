@@ -1240,7 +1240,8 @@ def _quantize_store_kernel(
     # nope: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_NOPE_OFFSET + slot * CACHE_NOPE_SLOT_STRIDE + head * CACHE_NOPE_HEAD_STRIDE
-    _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
+    _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+        SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
     # rope: raw copy
     _store_rope(k_ptr, x_row, in_range, ok, records, rec_row)

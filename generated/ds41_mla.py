@@ -1218,7 +1218,8 @@ def _quantize_store_kernel(
     # kv: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_KV_OFFSET + slot * CACHE_KV_SLOT_STRIDE + head * CACHE_KV_HEAD_STRIDE
-    _quantize_kv(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=CACHE_KV_SCALE_STRIDE, TILES=KV_TILES, CHUNK=KV_CHUNK,
+    _quantize_kv(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+        SC_STRIDE=CACHE_KV_SCALE_STRIDE, TILES=KV_TILES, CHUNK=KV_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 

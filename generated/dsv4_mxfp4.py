@@ -744,6 +744,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     LOAD_VEC: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth    # values in one 16-byte load
+    RUN: tl.constexpr = LOAD_VEC // 2 if LOAD_VEC < GROUP else GROUP // 2         # ... their bytes, within a group
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
@@ -755,7 +756,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
         # that many bytes, not the group's, gives the store the load's layout (no trip through shared memory).
-        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, LOAD_VEC // 2])
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, RUN])
         tl.store(at, even | (odd << 4), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
@@ -771,6 +772,7 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
+    RUN: tl.constexpr = STORE_VEC // 2 if STORE_VEC < GROUP else GROUP // 2       # ... their bytes, within a group
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
@@ -778,7 +780,7 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
         # Claiming runs of the bytes of one output store (not the group's) gives the codes' load the
         # layout the joined values are stored in: no tile moves through shared memory between them.
-        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, STORE_VEC // 2])
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, RUN])
         codes = tl.load(at, mask=read[:, :, None], other=0)
         scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
@@ -1139,7 +1141,8 @@ def _quantize_store_kernel(
     # nope: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * CACHE_PAGE_BYTES + CACHE_NOPE_OFFSET + slot * CACHE_NOPE_SLOT_STRIDE + head * CACHE_NOPE_HEAD_STRIDE
-    _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
+    _quantize_nope(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+        SC_STRIDE=CACHE_NOPE_SCALE_STRIDE, TILES=NOPE_TILES, CHUNK=NOPE_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
     # rope: raw copy
     _store_rope(k_ptr, x_row, in_range, ok, records, rec_row)

@@ -1133,7 +1133,8 @@ def _quantize_store_kernel(
         # x: quantize and store codes, then the scales at sf[head, scale // 4, slot % 32, slot // 32, scale % 4]
         scales = k_sf_ptr.to(tl.pointer_type(tl.uint8))
         sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + (slot % 32) * SF_X_SLOT_MOD32_STRIDE + (slot // 32) * SF_X_SLOT_DIV32_STRIDE
-        _quantize_x(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=SF_X_SCALE_DIV4_STRIDE, SC_SPLIT=4, SC_LO=SF_X_SCALE_MOD4_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
+        _quantize_x(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+            SC_STRIDE=SF_X_SCALE_DIV4_STRIDE, SC_SPLIT=4, SC_LO=SF_X_SCALE_MOD4_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
             SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
     if plane == 1:
@@ -1143,7 +1144,8 @@ def _quantize_store_kernel(
         # x: quantize and store codes, then the scales at sf[head, scale // 4, slot % 32, slot // 32, scale % 4]
         scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
         sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + (slot % 32) * SF_X_SLOT_MOD32_STRIDE + (slot // 32) * SF_X_SLOT_DIV32_STRIDE
-        _quantize_x(v_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=SF_X_SCALE_DIV4_STRIDE, SC_SPLIT=4, SC_LO=SF_X_SCALE_MOD4_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
+        _quantize_x(v_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+            SC_STRIDE=SF_X_SCALE_DIV4_STRIDE, SC_SPLIT=4, SC_LO=SF_X_SCALE_MOD4_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
             SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 

@@ -1110,7 +1110,8 @@ def _quantize_store_kernel(
     # x: quantize and store codes, then the scales at kv_cache[slot, head, plane, scale]
     scales = kv_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * KV_CACHE_PAGE_BYTES + KV_CACHE_HEAD_OFFSET + slot * KV_CACHE_HEAD_SLOT_STRIDE + head * KV_CACHE_HEAD_HEAD_STRIDE
-    _quantize_x(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=KV_CACHE_HEAD_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
+    _quantize_x(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+        SC_STRIDE=KV_CACHE_HEAD_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
         SCALE_EVICTION="evict_last", GROUP=X_GROUP, LANES=X_LANES)    # a scale's sector fills from several tokens: keep it in L2 until they come
 
     # plane v
@@ -1120,7 +1121,8 @@ def _quantize_store_kernel(
     # x: quantize and store codes, then the scales at kv_cache[slot, head, plane, scale]
     scales = kv_cache_ptr.to(tl.pointer_type(tl.uint8))
     sc_row = page * KV_CACHE_PAGE_BYTES + KV_CACHE_HEAD_OFFSET + slot * KV_CACHE_HEAD_SLOT_STRIDE + head * KV_CACHE_HEAD_HEAD_STRIDE + KV_CACHE_HEAD_PLANE_STRIDE
-    _quantize_x(v_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,    SC_STRIDE=KV_CACHE_HEAD_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
+    _quantize_x(v_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
+        SC_STRIDE=KV_CACHE_HEAD_SCALE_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
         SCALE_EVICTION="evict_last", GROUP=X_GROUP, LANES=X_LANES)    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 

@@ -55,7 +55,8 @@ def test_scale_rule_matches_its_definition(name, group, rule, element, floor, lo
     if m._REF_GROUPS[group].code is not None:
         from tests import oracle
         for g in (None, 0.37, 3.0e-3):
-            divisor = fmax if g is None else float(torch.tensor(fmax * g, dtype=torch.float32))
+            # fmax times g's fp32 value, rounded to fp32, as the kernels and references compute it
+            divisor = fmax if g is None else float(torch.tensor(fmax, dtype=torch.float32) * torch.tensor(g, dtype=torch.float32))
             got = m._ref_exact_scale(m._REF_GROUPS[group], bits, None if g is None else torch.tensor(g))
             q = (a.abs() / divisor).to(torch.float32).numpy()        # (the corpus holds -0: amax is |x|)
             want = oracle.decode("fp8_e4m3fn", oracle.encode("fp8_e4m3fn", q)).astype("float32")

@@ -185,9 +185,26 @@ SEMANTIC = [
      "flashinfer_nvfp4", ["scales.scale_x.rounding", "fp4 e2m1", "remove rounding"]),
     ("a global scale argument that clashes", edit(SHIPPED["dsv4_nvfp4"], "global: global ", "global: out "),
      "dsv4_nvfp4", ["scales.nope.global", "global scale argument", "k_out", "already use"]),
-    ("a global scale with a dense op", edit(SHIPPED["flashinfer_nvfp4"], "ops: [quantize_store, gather_dequant]",
+    ("a global scale with a dense op", edit(SHIPPED["flashinfer_nvfp4"].replace("values: any, dtype", "values: 128, dtype"),
+                                            "ops: [quantize_store, gather_dequant]",
                                             "ops: [quantize_store, gather_dequant, dequantize]"),
      "flashinfer_nvfp4", ["ops[2]", "takes no global scale", "drop quantize and dequantize"]),
+    ("head rows with global scales", edit(SHIPPED["flashinfer_nvfp4"], "quantize_store: {elements: 2048, num_warps: 2}",
+                                          "quantize_store: {elements: 2048, num_warps: 2, head_rows: true}"),
+     "flashinfer_nvfp4", ["tuning.quantize_store.head_rows", "call-time scales", "remove head_rows"]),
+    ("two groups with one global scale name", ZOO["zoo_nvfp4_heads"].replace(
+        "  - {name: tail, values: 8, dtype: bf16}", "  - {name: y, values: 32, dtype: fp4_e2m1, scale: y}\n  - {scales: y}\n"
+        "  - {name: tail, values: 8, dtype: bf16}").replace(
+        "  x: {format: e4m3, rule: exact, global: gs, group: {values: 16}}",
+        "  x: {format: e4m3, rule: exact, global: gs, group: {values: 16}}\n  y: {format: e4m3, rule: exact, global: gs, group: {values: 16}}"),
+     "zoo_nvfp4_heads", ["scales.y", "k_gs", "as group 'x'", "its own name"]),
+    ("fp4 from the tensors with a dense op", edit(SHIPPED["flashinfer_nvfp4"].replace("    global: scale            # the call's k_scale / v_scale\n", ""),
+                                                  "ops: [quantize_store, gather_dequant]", "ops: [quantize_store, gather_dequant, dequantize]"),
+     "flashinfer_nvfp4", ["ops[2]", "would count bytes", "fixed width"]),
+    ("comparison codes with fp32 scales", edit(SHIPPED["vllm_fp8_per_token_head"].replace("dtype: fp8_e4m3fn", "dtype: fp4_e2m1").replace(
+        "values: any, dtype", "values: 64, dtype").replace("group: {values: any}     # all of the head's values", "group: {values: 16}"),
+        "    scale_floor: 1.0e-6      # vLLM floors the scale, not amax", "    rounding: products"),
+     "vllm_fp8_per_token_head", ["scales.head.rounding", "for e4m3 block scales", "set format: e4m3"]),
     # the NaN policy
     ("nan poison for fp4 values", edit(SHIPPED["dsv4_mxfp4"], "    group: {values: 32}", "    group: {values: 32}\n    nan: poison"),
      "dsv4_mxfp4", ["scales.nope.nan", "fp4_e2m1 has none", "remove nan"]),

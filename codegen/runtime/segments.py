@@ -194,6 +194,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     LOAD_VEC: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth    # values in one 16-byte load
+    RUN: tl.constexpr = LOAD_VEC // 2 if LOAD_VEC < GROUP else GROUP // 2         # ... their bytes, within a group
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
@@ -205,7 +206,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
         # that many bytes, not the group's, gives the store the load's layout (no trip through shared memory).
-        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, LOAD_VEC // 2])
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, RUN])
         tl.store(at, even | (odd << 4), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
@@ -221,6 +222,7 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     STORE_VEC: tl.constexpr = 128 // out_ptr.dtype.element_ty.primitive_bitwidth   # values in one 16-byte store
+    RUN: tl.constexpr = STORE_VEC // 2 if STORE_VEC < GROUP else GROUP // 2       # ... their bytes, within a group
     for first in range(0, TILES, CHUNK):
         tile = first + tl.arange(0, CHUNK)
         in_segment = (tile < TILES)[None, :]
@@ -228,7 +230,7 @@ def _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]
         # Claiming runs of the bytes of one output store (not the group's) gives the codes' load the
         # layout the joined values are stored in: no tile moves through shared memory between them.
-        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, STORE_VEC // 2])
+        at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, RUN])
         codes = tl.load(at, mask=read[:, :, None], other=0)
         scale = LOAD_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], read, SCALE_EVICTION)
         x = tl.join(DECODE(codes & 0xF), DECODE(codes >> 4))                # [rows, tiles, GROUP / 2, 2]
