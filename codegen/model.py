@@ -622,6 +622,29 @@ class Layout:
                       if s.quantized and s.scale.rounding != "products"}.values())
 
     @property
+    def encoder_formats(self) -> tuple:
+        """The formats whose `_encode_<format>` wrapper the module defines: the values' (see
+        encoded_formats) where a writer encodes, and fp8 scales' codes where scales are written."""
+        writes = bool(set(self.ops) & {"quantize_store", "quantize", "append"})
+        scale_codes = bool(set(self.ops) & {"quantize_store", "quantize"})
+        return tuple(f for f in self.code_formats
+                     if (writes and f in self.encoded_formats) or (scale_codes and f in self.scale_code_formats))
+
+    @property
+    def decoder_formats(self) -> tuple:
+        """The formats whose `_decode_<format>` wrapper the module defines: the values' where a reader
+        (or append) decodes, and fp8 scales' codes wherever scales are written or read."""
+        reads = bool(set(self.ops) & {"gather_dequant", "dequantize", "append"})
+        scales = bool(set(self.ops) & {"quantize_store", "quantize", "gather_dequant", "dequantize"})
+        return tuple(f for f in self.code_formats
+                     if (reads and f in self.element_formats) or (scales and f in self.scale_code_formats))
+
+    @property
+    def scale_code_formats(self) -> tuple:
+        """The element formats of the layout's fp8 scales' codes (e4m3: fp8_e4m3fn)."""
+        return tuple({g.code_format.name: g.code_format for g in self.stored_scales if g.code_format is not None}.values())
+
+    @property
     def code_formats(self) -> tuple:
         """The element formats whose codes the layout stores: its segments', then its fp8 scales'."""
         out = {f.name: f for f in self.element_formats}

@@ -1033,25 +1033,37 @@ def _decode_fp4_e2m1(codes):
 
 
 @triton.jit
+def _encode_fp8_e4m3fn(q):
+    """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
+    return _encode_fp8(q, tl.float8e4nv, True, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000, 16384.0, 512.0, 0x7F, True)
+
+
+@triton.jit
+def _decode_fp8_e4m3fn(codes):
+    """fp8_e4m3fn codes (uint8) -> fp32, exactly (NaN codes give the canonical NaN)."""
+    return _decode_fp8(codes, tl.float8e4nv, True, 448.0, 0x7F, 3, 120, 0.001953125, "fn")
+
+
+@triton.jit
 def _nope_exact_scale(amax_bits, g):
     """Scale of group nope (rule exact, e4m3): amax / (6.0 * g), g the call's global scale (the product rounded),
     correctly rounded, then rounded to the nearest e4m3 code (ties to even, saturated at 448.0; an
     infinite amax takes 448.0); returned as that code's fp32 value."""
     amax = amax_bits.to(tl.float32, bitcast=True)
     scale = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32) * g)
-    return _decode_fp8(_encode_fp8(scale, tl.float8e4nv, True, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000, 16384.0, 512.0, 0x7F, True), tl.float8e4nv, True, 448.0, 0x7F, 3, 120, 0.001953125, "fn")
+    return _decode_fp8_e4m3fn(_encode_fp8_e4m3fn(scale))
 
 
 @triton.jit
 def _nope_store(addr, scale, mask, EVICTION: tl.constexpr):
     """Write scales of group nope (e4m3: each the fp32 value of a code, encoded again exactly) at byte addresses `addr`."""
-    _store_codes(addr, _encode_fp8(scale, tl.float8e4nv, True, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000, 16384.0, 512.0, 0x7F, True), mask, EVICTION)
+    _store_codes(addr, _encode_fp8_e4m3fn(scale), mask, EVICTION)
 
 
 @triton.jit
 def _nope_load(addr, mask, EVICTION: tl.constexpr):
     """Read scales of group nope as fp32 (e4m3 codes, decoded exactly; masked-off lanes read 0)."""
-    return _decode_fp8(_load_codes(addr, mask, EVICTION), tl.float8e4nv, True, 448.0, 0x7F, 3, 120, 0.001953125, "fn")
+    return _decode_fp8_e4m3fn(_load_codes(addr, mask, EVICTION))
 
 
 @triton.jit
