@@ -564,23 +564,15 @@ class Layout:
         for g in self.stored_scales:
             if writes_values:
                 need.add(g.store_function)
-                if g.code_format is not None:        # each scale rounded through its code
-                    need |= {"_encode_fp8", "_decode_fp8"}
                 if g.rounding == "products":
                     need.add("_encode_e2m1_products")
-            if reads and g.code_format is not None:
-                need.add("_decode_fp8")
             if reads:
                 need.add(g.format.load)
             if g.word_reads and (reads or "append" in ops):
                 need.add("_ue8m0_word_bytes")
             if g.word_reads and reads:
                 need.add(g.format.load_words)
-        for f in self.element_formats:
-            if writes and f in self.encoded_formats:
-                need.add(f.encoder)
-            if reads or "append" in ops:
-                need.add(f.decoder)
+        need |= {f.encoder for f in self.encoder_formats} | {f.decoder for f in self.decoder_formats}
         if quantized and writes:
             need.add("encode")
         if quantized and (reads or "append" in ops):
