@@ -160,7 +160,7 @@ def layout_cases(package: str, done: set, specs: Path) -> list:
         for op in m.OPS:
             if op == "quantize_store":
                 fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page, given=given:
-                      m.quantize_store(*planes, loc, cache, page, **given))
+                      m.quantize_store(*sources(m, planes), loc, cache, page, **given))
                 size = f"{STORE_TOKENS} tok"
             elif op == "append":
                 fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page: m.append(*planes, loc, cache, page))

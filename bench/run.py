@@ -217,6 +217,16 @@ def scale_bytes(m, geo, slots, heads) -> int:
     return blocks * len(m.PLANES) * heads * sum(v for k, v in geo.items() if k.endswith("_TILES"))
 
 
+def sources(m, rows) -> list:
+    """A writer's tensors for one (T, heads, values) row tensor per plane: the rows, or where the layout
+    takes them in parts (its INPUTS) views of their columns, as callers pass slices."""
+    inputs = getattr(m, "INPUTS", ())
+    if not inputs:
+        return list(rows)
+    by_plane = dict(zip(m.PLANES, rows, strict=True))
+    return [by_plane[plane][..., first:first + width] for _, plane, first, width in inputs]
+
+
 def cases_for(name: str, quick: bool, package: str = "generated") -> list:
     """The benchmark cases of one layout: every op it generates, small (decode-size) and large."""
     m = importlib.import_module(f"{package}.{name}")
@@ -268,7 +278,7 @@ def cases_for(name: str, quick: bool, package: str = "generated") -> list:
                 scales = scale_bytes(m, geo, loc, heads) * (2 if op == "append" else 1)
                 moved = rows_bytes(m, geo, tokens, heads, values) + scales + nbytes(loc)
                 out.append(Case(name, op, scenario, f"{tokens} tok, {num_pages}x{page}", moved,
-                                lambda s=srcs, l=loc, c=cache: fn(*s, l, c, page, **given), nbytes(*cache) + moved,
+                                lambda s=sources(m, srcs), l=loc, c=cache: fn(*s, l, c, page, **given), nbytes(*cache) + moved,
                                 tokens <= SMALL_TOKENS, graph=op == "append"))
             if op == "append" and tokens <= SMALL_TOKENS:
                 out.append(growing_decode(name, m, geo, cache, num_pages, page, tokens, heads, values))

@@ -12,7 +12,7 @@ from .errors import Mark, SpecError
 from .expr import Expr, const, divisible, round_up, sym
 from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, fp32_value, rule_terms
 from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
-                    ScaleGroup, Segment, Term, op_params)
+                    ScaleGroup, Segment, Source, Term, op_params)
 
 FP32_MIN_NORMAL = 2.0 ** -126
 MIN_GROUP_TOKENS = 8        # slots of the smallest {tokens: N} group (runtime/append.py rescales 8 slots at a time)
@@ -201,13 +201,76 @@ def build_layout(tree, display: str, digest: str) -> Layout:
         knobs = tree["tuning"]["quantize_store"]
         raise SpecError(knobs.value_mark("head_rows"), "tuning.quantize_store.head_rows: not with call-time scales "
                         "(their kernels read one scale per program)", "remove head_rows")
+    inputs = _inputs(tree, segments, planes, ops, set(pointers) | set(arguments))
     return Layout(
         name=tree["name"], summary=tree["summary"], spec_path=display, spec_sha256=digest,
         planes=tuple(tree["planes"]), heads=heads, values=values, page_size_multiple=multiple, page_align=align,
         sink=sink, segments=segments, record_bytes=record_bytes,
         scales=tuple(groups.values()), buffers=buffers, ops=ops, launch=launch,
-        runtime_checks=tuple(dict.fromkeys(checks)),
+        runtime_checks=tuple(dict.fromkeys(checks)), inputs=inputs,
     )
+
+
+# The quantize_store kernel's own locals that an input's <name>_row must not take.
+KERNEL_ROWS = ("x", "rec", "sc")
+
+
+def _inputs(tree, segments, planes, ops, taken) -> tuple:
+    """The spec's inputs: per plane, the tensors holding its record segments, as Sources."""
+    spec = tree["inputs"]
+    if not spec:
+        return ()
+    mark = tree.value_mark("inputs")
+    for op in ("quantize", "append"):
+        if op in ops:
+            raise SpecError(mark, f"inputs: {op!r} takes whole rows, not parts", f"drop inputs, or drop {op} from ops")
+    wide = next((s for s in segments if not s.values.is_const), None)
+    if wide is not None:
+        raise SpecError(mark, f"inputs: segment {wide.name!r} has values: any, and a part needs a fixed width",
+                        "drop inputs (one tensor per plane takes any width)")
+    for plane in spec:
+        if plane not in planes:
+            raise SpecError(spec.key_mark(plane), f"inputs.{plane}: no plane named {plane!r}",
+                            f"planes: {', '.join(planes)}")
+    missing = [p for p in planes if p not in spec]
+    if missing:
+        raise SpecError(mark, f"inputs: plane {missing[0]!r} has no inputs", "name every plane's tensors, or none")
+    names = {s.name: s for s in segments}
+    order = [s.name for s in segments]
+    taken = set(taken) | set(RESERVED_PLANES) | set(OP_PARAMETERS) | set(OP_LOCALS) | set(planes) | set(KERNEL_ROWS)
+    seen: dict = {}
+    out = []
+    for plane in planes:
+        parts, covered = spec[plane], []
+        for name, held in parts.items():
+            where = f"inputs.{plane}.{name}"
+            if keyword.iskeyword(name) or name in taken or name.startswith(tuple(f"{p}_stride" for p in planes)):
+                raise SpecError(parts.key_mark(name), f"{where}: {name!r} is a Python keyword or a name the generated "
+                                "op already uses", "name the tensor after the caller's argument, e.g. kv_c")
+            if name in seen:
+                raise SpecError(parts.key_mark(name), f"{where}: plane {seen[name]!r} has an input named {name!r} too",
+                                "give each input its own name")
+            seen[name] = plane
+            for j, seg in enumerate(held):
+                if seg not in names:
+                    raise SpecError(held.item_mark(j), f"{where}[{j}]: no segment named {seg!r}",
+                                    f"segments: {', '.join(order)}")
+                if seg in covered:
+                    raise SpecError(held.item_mark(j), f"{where}[{j}]: segment {seg!r} is in another input of "
+                                    f"plane {plane!r} too", "name each segment once")
+                if seg != order[len(covered)]:
+                    raise SpecError(held.item_mark(j), f"{where}[{j}]: segment {seg!r} out of order; a plane's "
+                                    f"inputs take its segments in record order ({', '.join(order)})",
+                                    f"expected {order[len(covered)]!r} here")
+                covered.append(seg)
+            first = names[held[0]].value_offset
+            width = sum((names[seg].values for seg in held), const(0))
+            out.append(Source(name=name, plane=plane, first=first.const_value(), width=width, segments=tuple(held),
+                              part=True))
+        if len(covered) != len(order):
+            raise SpecError(spec.value_mark(plane), f"inputs.{plane}: segment {order[len(covered)]!r} is in no input",
+                            "add it to an input")
+    return tuple(out)
 
 
 # Default launch shapes (a good middle in the H200 sweeps, `kvlayout bench --sweep`); a spec's `tuning` overrides them per op.

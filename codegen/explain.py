@@ -44,8 +44,12 @@ def explain(layout: Layout, sizes: dict) -> str:
     env = dict(sizes)
     ev = _ev(layout, env)
     lines = [f"{layout.name} ({layout.spec_path}) at page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]}",
-             f"planes: {', '.join(layout.planes)} ({plane_buffers(layout)})",
-             f"record: {ev(layout.record_bytes)} bytes per token and head"]
+             f"planes: {', '.join(layout.planes)} ({plane_buffers(layout)})"]
+    if layout.inputs:
+        parts = [f"{src.name} = {src.plane} values [{src.first}, {src.first + ev(src.width)}) ({', '.join(src.segments)})"
+                 for src in layout.inputs]
+        lines.append(f"quantize_store inputs: {'; '.join(parts)}")
+    lines.append(f"record: {ev(layout.record_bytes)} bytes per token and head")
     for start, end, s, inline in layout.record_parts:
         start, end = ev(start), ev(end)
         if inline is not None:

@@ -186,6 +186,13 @@ LAYOUT = Obj(title="a layout spec", fields={
                      "the cache tensors of one plane (or, with a 'plane' coordinate, of all planes), by name; each is a "
                      "run of pages and each page the listed regions in order"),
     "ops": Field(ListOf(Str(enum=OPS), min_items=1, unique=True), "the operations to generate"),
+    "inputs": Field(MapOf(MapOf(ListOf(Str(pattern=IDENT, what="a segment name"), min_items=1, unique=True),
+                                min_items=1)),
+                    "quantize_store's sources, where a plane's values come in parts: per plane, parameter name -> "
+                    "the record segments it holds, in record order (vLLM's kv_c [nope] and k_pe [rope]); each part "
+                    "is a (T, heads, width) tensor of its own strides, read in the same launch; every plane and "
+                    "segment named once; fixed-width segments only; not with quantize or append (they take whole "
+                    "rows). {}: one tensor per plane, named after it", {}),
     "tuning": Field(TUNING, "launch shape per op, overriding kvlayout's defaults (see bench/RESULTS.md)", {}),
 })
 

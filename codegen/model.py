@@ -320,6 +320,28 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Source:
+    """One tensor quantize_store reads a plane's values from: the whole row (named after the plane),
+    or, with the spec's inputs, one part of it (first value .. first + width, whole segments)."""
+    name: str                     # the op's parameter
+    plane: str
+    first: int                    # the part's first value index in the plane's row
+    width: Expr                   # its values
+    segments: tuple               # names of the record segments it holds
+    part: bool                    # one of several parts of the row (the spec's inputs)
+
+    @property
+    def ptr(self) -> str:
+        """Its kernel pointer parameter."""
+        return f"{self.name}_ptr"
+
+    @property
+    def row(self) -> str:
+        """The kernel's name for a row's element offset in it."""
+        return f"{self.name}_row" if self.part else "x_row"
+
+
+@dataclass(frozen=True)
 class Layout:
     name: str
     summary: str
@@ -338,6 +360,7 @@ class Layout:
     ops: tuple
     launch: dict                  # op -> {knob: value}: the launch shape of each op
     runtime_checks: tuple = field(default=())   # (Expr, n, message): geometry() checks Expr % n == 0
+    inputs: tuple = field(default=())   # Source: the spec's inputs (quantize_store's parts of each plane's rows)
 
     # -- lookups used by templates -------------------------------------------------------
     @property
@@ -345,6 +368,21 @@ class Layout:
         """quantize_store's programs take (token, head) rows and write every plane (the spec's
         tuning.quantize_store.head_rows, fixed when the module is generated)."""
         return bool(self.launch.get("quantize_store", {}).get("head_rows"))
+
+    @property
+    def sources(self) -> tuple:
+        """The tensors quantize_store reads, plane-major: the spec's inputs, else one whole row per plane."""
+        if self.inputs:
+            return self.inputs
+        names = tuple(s.name for s in self.segments)
+        return tuple(Source(name=p, plane=p, first=0, width=self.values, segments=names, part=False) for p in self.planes)
+
+    def plane_sources(self, plane: str) -> tuple:
+        return tuple(src for src in self.sources if src.plane == plane)
+
+    def source_of(self, plane: str, segment: Segment) -> Source:
+        """The source holding a plane's segment."""
+        return next(src for src in self.plane_sources(plane) if segment.name in src.segments)
 
     @property
     def runtime_launch(self) -> dict:
@@ -534,7 +572,8 @@ class Layout:
         power-of-two scaling, for stored scales), scale_writes / scale_reads / cache_scales (stored
         scales written, read, addressed in the cache), given_checks / given_writes (call-time scales), store_checks,
         out_checks (gather's outputs the caller passes), launch_shape, lane_group, head_rows / lane_rows
-        (quantize_store's rows: (token, head) pairs, or one lane's tokens), slot_blocks (a gather's
+        (quantize_store's rows: (token, head) pairs, or one lane's tokens), store_rows / store_parts (its
+        sources: whole rows, or the spec's inputs), slot_blocks (a gather's
         block of slots), round_up (a page padded
         to `align`), the segment walks (runtime/segments.py names, store_raw, load_raw), the element
         and scale formats' functions (runtime/codes.py names) and each op's name (its reference)."""
@@ -557,6 +596,7 @@ class Layout:
             need.add("read_values")
         if "quantize_store" in ops:
             need.add("head_rows" if self.head_rows else "lane_rows")   # how its programs take rows
+            need.add("store_parts" if self.inputs else "store_rows")   # its sources: the spec's inputs, or whole rows
         if "gather_dequant" in ops:
             need |= {"out_checks", "lane_group"}
             if self.scale_kind == "tokens":
@@ -746,7 +786,7 @@ def op_params(layout: Layout, op: str) -> tuple:
     given = tuple(name for name, _, _ in layout.given_scales)
     return {
         "gather_dequant": ("cache", "token_ids", "page_size") + given + ("out",),
-        "quantize_store": planes + ("loc", "cache", "page_size") + given,
+        "quantize_store": tuple(src.name for src in layout.sources) + ("loc", "cache", "page_size") + given,
         "append": planes + ("loc", "cache", "page_size"),
         "quantize": ("x",),
         "dequantize": ("data", "scale", "out_dtype"),

@@ -71,7 +71,7 @@ def _env() -> jinja2.Environment:
 # Runtime helpers a module carries only when its layout needs their family, or one of their families
 # (Layout.needs).
 RUNTIME_OPTIONAL = {
-    "checks": {"_round_up": "round_up", "_prepare_store": "store_checks", "_check_rows": "store_checks",
+    "checks": {"_round_up": "round_up", "_prepare_store": ("store_rows", "append"), "_prepare_store_inputs": "store_parts", "_check_rows": "store_checks",
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group", "_scale_word_bytes": "word_scales",
                "_check_given_scales": ("store_checks", "given_checks"),
@@ -108,7 +108,8 @@ RUNTIME_OPTIONAL = {
                 "_ref_slot_coords": ("quantize_store", "gather_dequant"),
                 "_ref_segment_bytes": ("quantize_store", "gather_dequant"),
                 "_ref_scale_addresses": "cache_scales",
-                "_ref_written": ("quantize_store", "append"), "_ref_quantize_store": "quantize_store",
+                "_ref_written": ("quantize_store", "append"), "_ref_quantize_store": "store_rows", "_ref_quantize_store_inputs": "store_parts",
+                "_ref_store_rows": "quantize_store",
                 "_ref_gather_dequant": "gather_dequant", "_ref_quantize": "quantize", "_ref_dequantize": "dequantize",
                 "_ref_append": "append"},
     "slots": {"_slot_written": "store_checks", "_program_tokens": "lane_rows", "_head_rows": "head_rows", "_write_targets": "quantize_store",

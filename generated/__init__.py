@@ -11,6 +11,7 @@
   mxfp8_kv
   mxfp8_kv_128x4
   mxfp8_v_seqblocked
+  vllm_ds_mla
   vllm_fp8
   vllm_fp8_per_token_head
 """

@@ -1600,6 +1600,11 @@ def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) ->
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size, scales)
+    _ref_store_rows(srcs, loc, cache, page_size, geo, num_pages, scales)
+
+
+def _ref_store_rows(srcs: tuple, loc: torch.Tensor, cache, page_size: int, geo: dict, num_pages: int, scales: tuple) -> None:
+    """Quantize checked (T, heads, values) rows, one per plane, into the cache at slots loc."""
     G = SimpleNamespace(**geo)
     loc = loc.to(torch.int64)
     token = _ref_written(loc, num_pages, page_size).nonzero().flatten()

@@ -24,7 +24,7 @@ from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.layouts import LAYOUTS, module  # noqa: E402
+from tests.layouts import LAYOUTS, module, sources  # noqa: E402
 
 
 def given(m, heads: int) -> dict:
@@ -109,7 +109,7 @@ def calls_for(m, heads, values, page):
     x = torch.randn(tokens, heads, values, dtype=torch.bfloat16)
     loc = torch.arange(tokens)
     if "quantize_store" in m.OPS:
-        m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m, heads))
+        m.quantize_store(*sources(m, [x] * len(m.PLANES)), loc, cache, page, **given(m, heads))
     m.reset_pages(cache, torch.arange(3), page)
     if "append" in m.OPS:
         m.append(*([x] * len(m.PLANES)), loc, cache, page)
@@ -142,7 +142,7 @@ def calls_for(m, heads, values, page):
         m.LAUNCH = chained if cap else saved[2]
         try:
             if cap and "quantize_store" in m.OPS:
-                m.quantize_store(*([x] * len(m.PLANES)), loc, cache, page, **given(m, heads))
+                m.quantize_store(*sources(m, [x] * len(m.PLANES)), loc, cache, page, **given(m, heads))
             if "gather_dequant" in m.OPS:
                 m.gather_dequant(cache, loc, page, **given(m, heads))
             if "quantize" in m.OPS:

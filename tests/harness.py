@@ -6,7 +6,7 @@ import torch
 
 from tests.conftest import DEVICE
 from tests.corpus import random_bytes
-from tests.layouts import LAYOUTS, ROOT, SPECS, ZOO, module  # noqa: F401  (re-exported)
+from tests.layouts import LAYOUTS, ROOT, SPECS, ZOO, module, sources  # noqa: F401  (re-exported)
 
 
 def cases(op: str) -> list:

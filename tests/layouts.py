@@ -17,6 +17,8 @@ SPECS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml"))
 ZOO = sorted(p.stem for p in (Path(__file__).parent / "specs").glob("*.yaml"))
 LAYOUTS = SPECS + ZOO
 
+from bench.run import sources  # noqa: E402,F401  (quantize_store's tensors for a module's rows; one definition)
+
 
 @functools.lru_cache(maxsize=None)
 def _zoo_dir() -> Path:

@@ -8,7 +8,7 @@ import torch
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import generator, scaled_normal
 from tests.harness import (LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
-                           module)
+                           module, sources)
 
 
 def raises(match: str, fn, *args, **kwargs):
@@ -54,7 +54,8 @@ def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
         writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
         if writer is not None:
             rows = torch.ones(4, heads, values, device=DEVICE)
-            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, writer, *[rows] * len(m.PLANES), ids, cache, wrong, **scales)
+            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, writer, *sources(m, [rows] * len(m.PLANES)), ids, cache, wrong,
+                   **scales)
     raises("page_size: a page of page_size=", m.gather_dequant if "gather_dequant" in m.OPS else m.append,
            *((cache, ids) if "gather_dequant" in m.OPS else ([torch.ones(4, heads, values, device=DEVICE)] * len(m.PLANES)
                                                               + [ids, cache])), 2 ** 40, **scales)
@@ -76,6 +77,34 @@ def test_sources_must_match_the_cache_heads_and_values():
            x[:, :0], x[:, :0], loc, cache, 32)
     raises("k: is a meta tensor", m.quantize_store, torch.empty(8, 2, 64, device="meta"), x, loc, cache, 32)
     raises("values: expected an int >= 1, got 0", m.alloc_cache, 1, 32, heads=2, values=0)
+
+
+def test_rows_in_parts_are_checked_part_by_part():
+    """A writer taking each row in parts (vllm_ds_mla: kv_c, k_pe) reads them from separate tensors of
+    their own strides, and an error names the part: its width, its token count, its heads, a part
+    overlapping the cache; nothing is written by a refused call."""
+    m = module("vllm_ds_mla")
+    gen = generator(41)
+    rows = scaled_normal((24, 1, 576), gen).to(DEVICE)
+    kv_c = rows[..., :512].contiguous()
+    k_pe = torch.zeros(24, 3, 64, dtype=rows.dtype, device=DEVICE)[:, 1:2]   # rows 192 values apart
+    k_pe.copy_(rows[..., 512:])
+    loc = torch.randperm(64, generator=gen)[:24].to(DEVICE)
+    cache, want = fresh_cache(m, 4, 16, 1, 576, gen), None
+    want = clone(m, cache)
+    m.quantize_store(kv_c, k_pe, loc, cache, 16)
+    m.quantize_store_ref(rows[..., :512], rows[..., 512:], loc, want, 16)
+    assert_same_cache(m, cache, want, "parts of their own strides")
+    before = clone(m, cache)
+    raises(r"^kv_c: expected 512 values per head", m.quantize_store, rows[..., :500], k_pe, loc, cache, 16)
+    raises(r"^k_pe: expected 64 values per head", m.quantize_store, kv_c, rows[..., 500:], loc, cache, 16)
+    raises(r"^k_pe: shape \(23, 1, 64\) has other tokens", m.quantize_store, kv_c, k_pe[1:], loc, cache, 16)
+    raises(r"^k_pe: expected 1 head", m.quantize_store, kv_c, torch.zeros(24, 2, 64, device=DEVICE), loc, cache, 16)
+    inside = cache.k_cache.view(-1)[: 24 * 128].view(torch.bfloat16).view(24, 1, 64)
+    raises(r"^cache.k_cache: overlaps k_pe", m.quantize_store, kv_c, inside, loc, cache, 16)
+    with pytest.raises(TypeError):
+        m.quantize_store(rows, loc, cache, 16)                           # whole rows: not this signature
+    assert_same_cache(m, cache, before, "refused calls")
 
 
 def test_size_errors_name_the_tensor_that_gave_the_size():
@@ -222,9 +251,9 @@ def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
         scales = given(m, (0.0371, 2.7) if round_ == 0 else (5.5, 0.125))   # new call-time scale tensors: replayed too
         ref = clone(m, cache)
         loc = ids if writer == "quantize_store" else torch.arange(40, device=DEVICE)
-        getattr(m, writer)(*rows, loc, cache, page, **scales)
+        getattr(m, writer)(*sources(m, rows), loc, cache, page, **scales)
         assert not checked                      # the kernel op replayed its plan; the reference checks
-        getattr(m, f"{writer}_ref")(*rows, loc, ref, page, **scales)
+        getattr(m, f"{writer}_ref")(*sources(m, rows), loc, ref, page, **scales)
         checked.clear()
         assert_same_cache(m, cache, ref, f"{name}.{writer} round {round_}")
         got = m.gather_dequant(cache, ids, page, **scales)
@@ -235,12 +264,13 @@ def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
             assert_same_bytes(a, b, f"{name}.gather_dequant round {round_}")
         if round_ == 0:
             assert len(m._PLANS[writer]) == 1 and len(m._PLANS["gather_dequant"]) == 1
-            for helper in ("_prepare_store", "_prepare_gather"):   # from now on the ops must not run the checks
+            checks = ("_prepare_store_inputs" if hasattr(m, "INPUTS") else "_prepare_store", "_prepare_gather")
+            for helper in checks:   # from now on the ops must not run the checks
                 monkeypatch.setattr(m, helper, counted(getattr(m, helper), checked))
     if len(m.Cache._fields) > 1:     # the same signature as `cache`, with two of its tensors aliased
         aliased = m.Cache(*(cache[0] if f == m.Cache._fields[len(cache) // 2] else t for f, t in zip(m.Cache._fields, cache)))
         with pytest.raises(ValueError, match="overlaps"):
-            getattr(m, writer)(*rows, ids, aliased, page, **scales)
+            getattr(m, writer)(*sources(m, rows), ids, aliased, page, **scales)
 
 
 def test_interleaved_outputs_of_one_workspace_are_not_aliasing():

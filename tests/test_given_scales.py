@@ -11,7 +11,7 @@ from tests import oracle
 from tests.conftest import DEVICE
 from tests.corpus import adversarial_rows, generator, random_bytes
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, clone, dims, fresh_cache, given,
-                           given_floats, module, pairs, per_plane)
+                           given_floats, module, pairs, per_plane, sources)
 
 # Layouts with call-time scales: given scales, and global scales of two-level (NVFP4) block scales
 # (zoo_nvfp4_heads, whose per-head global scales flashinfer_nvfp4 takes here too, runs the generic tests).
@@ -66,11 +66,11 @@ def test_quantize_store_is_exact_for_every_scale(name):
         oracle.quantize_store(spec, state, srcs, oracle_loc, given_floats(m, scales))
         want = m.Cache(*(t.to(DEVICE) for t in state.tensors(cache)))
         ref, kernel = clone(m, cache), clone(m, cache)
-        m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), oracle_loc.to(DEVICE), ref, page, **scales)
+        m.quantize_store_ref(*sources(m, [s.to(DEVICE) for s in srcs]), oracle_loc.to(DEVICE), ref, page, **scales)
         assert_same_cache(m, ref, want, f"{name}.quantize_store_ref, scale {value}, vs the oracle")
         ref = clone(m, cache)
-        m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), ref, page, **scales)
-        m.quantize_store(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), kernel, page, **scales)
+        m.quantize_store_ref(*sources(m, [s.to(DEVICE) for s in srcs]), loc.to(DEVICE), ref, page, **scales)
+        m.quantize_store(*sources(m, [s.to(DEVICE) for s in srcs]), loc.to(DEVICE), kernel, page, **scales)
         assert_same_cache(m, kernel, ref, f"{name}.quantize_store, scale {value}, vs its reference")
 
 

@@ -10,7 +10,7 @@ import torch
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import (KernelStub, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
-                           module, pairs, per_plane, plane_rows, unique_slots)
+                           module, pairs, per_plane, plane_rows, sources, unique_slots)
 
 SOURCE_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -127,8 +127,8 @@ def test_quantize_store(name, src_dtype):
     srcs = [source_rows(m, tokens, heads, values, src_dtype, gen) for _ in m.PLANES]
     extra = [-1, -5, num_slots, num_slots + 9] + ([m.SINK_SLOT] if m.SINK_SLOT is not None else [])
     loc = unique_slots(num_slots, tokens, gen, extra).to(DEVICE)
-    m.quantize_store(*srcs, loc, cache, page, **given(m))
-    m.quantize_store_ref(*srcs, loc, cache_ref, page, **given(m))
+    m.quantize_store(*sources(m, srcs), loc, cache, page, **given(m))
+    m.quantize_store_ref(*sources(m, srcs), loc, cache_ref, page, **given(m))
     assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store")
     if m.SINK_SLOT is not None:   # the sink slot's bytes never change
         ids = torch.tensor([m.SINK_SLOT], device=DEVICE)
@@ -389,8 +389,8 @@ def test_one_row_per_program(name, monkeypatch):
         cache_ref = clone(m, cache)
         srcs = [source_rows(m, 7, heads, values, torch.bfloat16, gen) for _ in m.PLANES]
         loc = unique_slots(num_slots, 7, gen, [-1]).to(DEVICE)
-        m.quantize_store(*srcs, loc, cache, page, **given(m))
-        m.quantize_store_ref(*srcs, loc, cache_ref, page, **given(m))
+        m.quantize_store(*sources(m, srcs), loc, cache, page, **given(m))
+        m.quantize_store_ref(*sources(m, srcs), loc, cache_ref, page, **given(m))
         assert_same_cache(m, cache, cache_ref, f"{name}.quantize_store, one row per program")
     if "quantize" in m.OPS:
         x = source_rows(m, 7, 1, dims(m)[1], torch.bfloat16, gen)[:, 0]

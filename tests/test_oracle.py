@@ -8,7 +8,7 @@ from tests import oracle
 from tests.conftest import DEVICE
 from tests.corpus import adversarial_rows, generator, scaled_normal
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
-                           given_floats, module, pairs, per_plane)
+                           given_floats, module, pairs, per_plane, sources)
 
 
 def spec_of(name: str) -> oracle.Spec:
@@ -45,9 +45,9 @@ def test_quantize_store_matches_the_oracle(name, src_dtype):
     oracle.quantize_store(spec, state, srcs, loc, given_floats(m, given(m)))
     want = oracle_cache(m, spec, state, cache)
     ref, kernel = clone(m, cache), clone(m, cache)
-    m.quantize_store_ref(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), ref, page, **given(m))
+    m.quantize_store_ref(*sources(m, [s.to(DEVICE) for s in srcs]), loc.to(DEVICE), ref, page, **given(m))
     assert_same_cache(m, ref, want, f"{name}.quantize_store_ref vs the oracle")
-    m.quantize_store(*(s.to(DEVICE) for s in srcs), loc.to(DEVICE), kernel, page, **given(m))
+    m.quantize_store(*sources(m, [s.to(DEVICE) for s in srcs]), loc.to(DEVICE), kernel, page, **given(m))
     assert_same_cache(m, kernel, ref, f"{name}.quantize_store vs its reference")
 
 

@@ -308,6 +308,38 @@ def test_ds32_mla_differs_from_vllms_writer_where_its_scale_is_no_power_of_two()
     assert torch.equal(differ[finite], ~power_of_two[finite])
 
 
+def test_vllm_ds_mla_is_vllms_concat_and_cache_mla():
+    """0 mismatching bytes: vllm_ds_mla's records are vLLM's fp8_ds_mla writer's on random and
+    adversarial rows (NaN and inf tiles too: fmaxf drops a NaN, an inf amax gives an inf scale), through
+    the compat function on vLLM's (num_blocks, block_size, 656) cache, from kv_c and k_pe as vLLM
+    passes them: two tensors, k_pe a (T, 1, 64) slice of a wider one; other format strings refused."""
+    compat = pytest.importorskip("generated.compat.vllm_mla")
+    x = peer_rows(576, 33)
+    tokens, block_size = x.shape[0], 16
+    blocks = -(-tokens // block_size) + 2
+    slots = torch.randperm(blocks * block_size, generator=generator(34))[:tokens]
+    slots[::11] = -1
+    kv_c = x[:, :512].clone()
+    wide = torch.zeros(tokens, 1, 128, dtype=torch.bfloat16)
+    wide[:, 0, 32:96] = x[:, 512:]
+    cache = torch.full((blocks, block_size, 656), 0xA5, dtype=torch.uint8)
+    want = cache.clone()
+    keep = slots >= 0
+    want.view(-1, 656)[slots[keep]] = vllm_ds_mla(x)[keep]
+    got = cache.to(DEVICE)
+    args = (kv_c.to(DEVICE), wide.to(DEVICE)[:, :, 32:96], got, slots.to(DEVICE))
+    compat.concat_and_cache_mla(*args, "fp8_ds_mla", torch.ones(1, device=DEVICE))
+    differ = int((got.cpu() != want).sum())
+    assert differ == 0, f"{differ} of {want.numel()} bytes differ from vLLM's rule"
+    again = cache.to(DEVICE)
+    compat.concat_and_cache_ds_mla(args[0], args[1], again, args[3])
+    assert torch.equal(again, got)
+    for dtype in ("auto", "fp8", "fp8_e4m3"):
+        with pytest.raises(ValueError, match="^kv_cache_dtype: "):
+            compat.concat_and_cache_mla(*args[:2], again, args[3], dtype, torch.ones(1, device=DEVICE))
+    assert torch.equal(again, got)
+
+
 # --- dsv4_mxfp4: DeepSeek-V4 K in MXFP4, 368-byte records ---------------------------------------------
 
 E2M1_LADDER = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))

@@ -25,6 +25,7 @@ _PLANS: dict = {}
 _RECORDS_FIELD, _RECORDS_INDEX = "cache.stand_in", 0
 _PAGE_BYTES_NAMES: tuple = ()
 _WORD_SCALES: tuple | None = None
+INPUTS: tuple = ()
 _STORE_NAMES: tuple = ()
 _STORE_WRITTEN: tuple = ()
 _GIVEN_SCALES: tuple = ()
@@ -185,6 +186,32 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
                          f"{cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
+    _check_given_scales(scales, device, heads)
+    tensors = (loc, *views, *cache, *scales)
+    _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
+    return tuple(views), geo, num_pages
+
+
+def _prepare_store_inputs(parts: tuple, loc, cache, page_size: int, scales: tuple = ()) -> tuple:
+    """Checks for a writer that reads each plane's rows in parts (INPUTS: parameter, plane, first
+    value, values): each part (T, heads, its values), all of one T and heads (and the call-time
+    scales); returns (3-D parts, geometry, pages)."""
+    first = parts[0]
+    device = first.device if isinstance(first, torch.Tensor) else None
+    views = []
+    for (name, _, _, width), part in zip(INPUTS, parts, strict=True):
+        part = _check_rows(name, part, device, width)
+        _check_tensor(name, part, SOURCE_DTYPES)
+        if views and part.shape[:2] != views[0].shape[:2]:
+            raise ValueError(f"{name}: shape {tuple(part.shape)} has other tokens or heads than {INPUTS[0][0]}'s "
+                             f"{tuple(views[0].shape)}")
+        views.append(part)
+    n_tokens, heads, _ = views[0].shape
+    cache_heads, values = _cache_dims(cache)
+    if heads != cache_heads:
+        raise ValueError(f"{INPUTS[0][0]}: shape {tuple(views[0].shape)} has {heads} head(s), the cache {cache_heads}")
+    _check_index("loc", loc, device, n_tokens)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device, (INPUTS[0][0], views[0].shape))
     _check_given_scales(scales, device, heads)
     tensors = (loc, *views, *cache, *scales)
     _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)

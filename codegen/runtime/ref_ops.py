@@ -32,7 +32,8 @@ Cache = tuple
 _REF_RECORDS = 0
 _REF_PLANE_FIELDS: tuple = ((0,),)
 _REF_DENSE_DTYPES = (torch.uint8, torch.uint8)
-_index = _prepare_gather = _prepare_store = _prepare_quantize = _prepare_dequantize = None
+INPUTS: tuple = ()
+_index = _prepare_gather = _prepare_store = _prepare_store_inputs = _prepare_quantize = _prepare_dequantize = None
 _ref_segments = _ref_record_row = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
@@ -252,6 +253,21 @@ def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) ->
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size, scales)
+    _ref_store_rows(srcs, loc, cache, page_size, geo, num_pages, scales)
+
+
+def _ref_quantize_store_inputs(parts: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
+    """_ref_quantize_store of rows that come in parts (INPUTS): checked as the kernel checks them, then
+    joined into each plane's rows."""
+    page_size = _index(page_size, "page_size")
+    parts, geo, num_pages = _prepare_store_inputs(parts, loc, cache, page_size, scales)
+    rows = tuple(torch.cat([part for (_, owner, _, _), part in zip(INPUTS, parts) if owner == plane], dim=-1)
+                 for plane in PLANES)
+    _ref_store_rows(rows, loc, cache, page_size, geo, num_pages, scales)
+
+
+def _ref_store_rows(srcs: tuple, loc: torch.Tensor, cache, page_size: int, geo: dict, num_pages: int, scales: tuple) -> None:
+    """Quantize checked (T, heads, values) rows, one per plane, into the cache at slots loc."""
     G = SimpleNamespace(**geo)
     loc = loc.to(torch.int64)
     token = _ref_written(loc, num_pages, page_size).nonzero().flatten()

@@ -5,4 +5,5 @@
   sglang_mxfp8
   vllm_ds32
   vllm_flash
+  vllm_mla
 """
