@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from bench.run import sources
+
 ROOT = Path(__file__).resolve().parent.parent      # the checkout (or, installed, the kvlayout package)
 HAND_MADE = ("dsv4_k", "mxfp8_kv", "mxfp8_v_seqblocked")   # rows of their own below, with their compat modules
 
@@ -159,8 +161,8 @@ def layout_cases(package: str, done: set, specs: Path) -> list:
         given = {name: torch.tensor([0.0371], device="cuda") for name in m._GIVEN_SCALES}   # call-time scales
         for op in m.OPS:
             if op == "quantize_store":
-                fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page, given=given:
-                      m.quantize_store(*sources(m, planes), loc, cache, page, **given))
+                fn = (lambda m=m, srcs=sources(m, planes), loc=loc, cache=cache, page=page, given=given:
+                      m.quantize_store(*srcs, loc, cache, page, **given))
                 size = f"{STORE_TOKENS} tok"
             elif op == "append":
                 fn = (lambda m=m, planes=planes, loc=loc, cache=cache, page=page: m.append(*planes, loc, cache, page))

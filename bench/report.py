@@ -29,14 +29,16 @@ MISSES = [
     "reading and writing back the same 2048 random 32-slot blocks takes 36.5-40 us (`python -m bench.floors`).",
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
-    "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 72%, quantize_store 41-42%; dsv4_nvfp4 71-72% / 40-41%; "
-    "flashinfer_nvfp4 69-71% / 34%, its decode-size calls 5.2 us gather and 10.1-10.3 us quantize_store): the "
-    "per-value arithmetic bounds them, as sm_90 has no e2m1 conversion. Building the codes and their fp32 values "
-    "by integer arithmetic (no int-to-float conversions) made the gathers 22-28% faster and quantize_store 5-22% "
-    "(one run, both builds back to back: `kvlayout bench --against`); removing the layout conversions through "
-    "shared memory around a byte's two codes changed nothing (0-5%), and a launch-shape sweep gains under 3 points. "
-    "flashinfer_nvfp4's writer also divides each value (div.rn, as the quotient rule says); dsv4_nvfp4's compares "
-    "each with seven rounded products (sglang's rule). First tuning stop of the NVFP4 layouts.",
+    "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 72%, quantize_store 42-44%; dsv4_nvfp4 71-72% / 40-41%; "
+    "flashinfer_nvfp4 69-71% / 33%, its decode-size calls 5.3 us gather and 9.6-9.7 us quantize_store): the "
+    "per-value arithmetic bounds them (about 30 PTX instructions per value in quantize_store), as sm_90 has no "
+    "e2m1 conversion. Building the codes and their fp32 values by integer arithmetic (no int-to-float "
+    "conversions) made the gathers 22-28% faster and quantize_store 5-22% (one run, both builds back to back: "
+    "`kvlayout bench --against`); an encoder of one fused multiply-add per code (14% fewer instructions) made "
+    "quantize_store 3-6% faster, flashinfer_nvfp4's at 131072 tokens 3% slower; removing the layout conversions "
+    "through shared memory around a byte's two codes changed nothing (0-5%), and a launch-shape sweep gains under "
+    "3 points. flashinfer_nvfp4's writer also divides each value (div.rn, as the quotient rule says); "
+    "dsv4_nvfp4's compares each with seven rounded products (sglang's rule). Second tuning stop of the fp4 layouts.",
     "mxfp8_kv_128x4 quantize_store with random slots (69%, a first version): random slots as for mxfp8_kv "
     "(74%; a plain scatter of MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are "
     "4-byte runs 512 bytes apart (one per 128 values), not one run, which the scatter ceiling did not model.",
@@ -49,6 +51,10 @@ MISSES = [
     "no quantization, reaches 70-78% (tools/record_stride_ceiling.py; 128-byte rows: 100%). One (plane, head)'s "
     "tokens per program gave 44-48% (neighbouring records written at different times); head_rows (a token's "
     "heads and planes in one program) 63%; without the amax reduction and the division a variant gained 5 points more.",
+    "vllm_ds_mla quantize_store (68 / 64% at 131072 tokens, a first version): vLLM's rule divides each value by "
+    "its scale (div.rn.f32, as vllm_fp8's) where ds32_mla multiplies by a power of two (77 / 70%), with random "
+    "slots as for DSv4; reading kv_c and k_pe apart costs nothing (the same spec over whole rows: 68.3 / 64.5%, "
+    "back to back in one device call).",
     "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (55-69%): "
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dense ops "
     "at 2^21 rows reach 93-94%).",

@@ -973,18 +973,19 @@ def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.const
 @triton.jit
 def _encode_e2m1(q):
     """fp32 -> fp4 e2m1 codes (uint8, 0..15; bit 3 the sign): round to nearest even onto
-    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too), by integer arithmetic on q's
-    bits (sm_90 has no e2m1 conversion; this is exact everywhere). From 1 up, a code is the fp32
-    exponent and top mantissa bit, (exponent - 126) * 2 + m, after rounding the mantissa to that
-    bit (ties to even; the carry may raise the exponent); below 1 it counts the midpoints 0.25 and
-    0.75 that |q| passes (> and >=: ties to the even codes 0 and 1.0). e2m1 has no NaN: a NaN gives
-    +0 (its sign is not kept: the GPU's arithmetic returns the canonical NaN)."""
-    bits = q.to(tl.int32, bitcast=True)
-    magnitude = tl.minimum(bits & 0x7FFFFFFF, 0x40C00000)            # saturated at 6.0 (a NaN: 6.0, masked below)
-    normal = ((magnitude + 0x1FFFFF + ((magnitude >> 22) & 1)) >> 22) - 252
-    a = magnitude.to(tl.float32, bitcast=True)
-    small = (a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32)
-    code = tl.where(magnitude >= 0x3F800000, normal, small) | ((bits >> 28) & 0x8)
+    {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too), exactly (sm_90 has no e2m1
+    conversion). The codes are evenly spaced within [0, 2) (by 0.5), [2, 4) (by 1) and [4, 6] (by 2),
+    so |q|'s code is RNE(|q| / spacing) plus the range's offset, and the even code wins each tie
+    (a range's first value is an even code). RNE to an integer is one fused multiply-add: adding
+    1.5 * 2^23 leaves the integer in the sum's low mantissa bits (the divisions are by powers of two,
+    exact). e2m1 has no NaN: a NaN gives +0 (its sign is not kept: the GPU's arithmetic returns the
+    canonical NaN)."""
+    a = tl.minimum(tl.abs(q), 6.0)                                    # saturated (a NaN: masked below)
+    step = tl.where(a >= 4.0, 0.5, tl.where(a >= 2.0, 1.0, 2.0))      # 1 / the range's spacing
+    # 1.5 * 2^23 plus the range's first code less RNE(its first value / spacing): 0, 4 - 2, 6 - 2
+    magic = tl.where(a >= 4.0, 12582916.0, tl.where(a >= 2.0, 12582914.0, 12582912.0))
+    code = (a * step + magic).to(tl.int32, bitcast=True) - 0x4B400000
+    code |= (q.to(tl.int32, bitcast=True) >> 28) & 0x8
     return tl.where(q == q, code, 0).to(tl.uint8)
 
 

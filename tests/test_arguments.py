@@ -267,8 +267,12 @@ def test_repeated_calls_replay_plans_with_the_same_bytes(name, monkeypatch):
             checks = ("_prepare_store_inputs" if hasattr(m, "INPUTS") else "_prepare_store", "_prepare_gather")
             for helper in checks:   # from now on the ops must not run the checks
                 monkeypatch.setattr(m, helper, counted(getattr(m, helper), checked))
-    if len(m.Cache._fields) > 1:     # the same signature as `cache`, with two of its tensors aliased
-        aliased = m.Cache(*(cache[0] if f == m.Cache._fields[len(cache) // 2] else t for f, t in zip(m.Cache._fields, cache)))
+    if len(m.Cache._fields) > 1:     # the cache with one tensor replaced by a view of the first one's bytes, of its shape
+        index = len(cache) // 2
+        bytes_ = cache[index].numel() * cache[index].element_size()
+        view = cache[0].view(-1).view(torch.uint8)[:bytes_].view(cache[index].dtype).view(cache[index].shape)
+        assert view.numel() * view.element_size() == bytes_          # the first tensor is the largest one
+        aliased = m.Cache(*(view if i == index else t for i, t in enumerate(cache)))
         with pytest.raises(ValueError, match="overlaps"):
             getattr(m, writer)(*sources(m, rows), ids, aliased, page, **scales)
 

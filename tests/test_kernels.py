@@ -501,7 +501,7 @@ def test_chained_calls_see_each_other(name, monkeypatch):
     num_pages = sequences + 1                      # page 0 unused: the sink, if any, is never a step's slot
     base = (torch.randperm(sequences, generator=gen) + 1) * page
     locs = [(base + i).to(DEVICE) for i in range(steps)]
-    rows = [[source_rows(m, sequences, heads, values, torch.bfloat16, gen) for _ in m.PLANES] for _ in range(steps)]
+    rows = [sources(m, [source_rows(m, sequences, heads, values, torch.bfloat16, gen) for _ in m.PLANES]) for _ in range(steps)]
     dense = [source_rows(m, sequences, 1, dims(m)[1], torch.bfloat16, gen)[:, 0] for _ in range(steps)]
     write, write_ref = ((m.quantize_store, m.quantize_store_ref) if "quantize_store" in m.OPS
                         else (m.append, m.append_ref))
