@@ -1,6 +1,7 @@
 """Spec file -> validated model. All semantic checks live here; each names file:line:col."""
 from __future__ import annotations
 
+import builtins
 import hashlib
 import keyword
 import math
@@ -57,11 +58,15 @@ def load_spec(path: Path, root: Path):
 
 # --- layouts -------------------------------------------------------------------------------------
 
-# Names a plane may not take: the writers' other parameters and locals (planes are their parameters)
-# and the modules' imports.
+# Python's builtins (the site module's too, so a check does not depend on how Python started): the
+# generated host code calls len, isinstance, tuple, ..., which a parameter of that name would shadow.
+BUILTIN_NAMES = frozenset(n for n in vars(builtins) if not n.startswith("_")) | {
+    "copyright", "credits", "exit", "help", "license", "quit"}
+# Names a plane may not take: the writers' other parameters and locals (planes are their parameters),
+# the modules' imports and the builtins.
 RESERVED_PLANES = frozenset({"loc", "cache", "page_size", "pdl", "tensors", "key", "pointers", "plan", "srcs", "geo",
                              "num_pages", "n_tokens", "heads", "values", "launch", "grid", "args",
-                             "torch", "triton", "tl", "functools", "inspect", "operator"})
+                             "torch", "triton", "tl", "functools", "inspect", "operator"}) | BUILTIN_NAMES
 
 
 def _check_names(tree) -> None:

@@ -263,17 +263,22 @@ def _check_given_scales(scales: tuple, device, heads: int) -> None:
 
 def _prepare_store_inputs(parts: tuple, loc, cache, page_size: int, scales: tuple = ()) -> tuple:
     """Checks for a writer that reads each plane's rows in parts (INPUTS: parameter, plane, first
-    value, values): each part (T, heads, its values), all of one T and heads (and the call-time
-    scales); returns (3-D parts, geometry, pages)."""
+    value, values): each part (T, heads, its values), all of one T, heads and dtype (and the
+    call-time scales); returns (3-D parts, geometry, pages)."""
     first = parts[0]
     device = first.device if isinstance(first, torch.Tensor) else None
-    views = []
-    for (name, _, _, width), part in zip(INPUTS, parts, strict=True):
+    views, row_head = [], {}        # row_head: each plane's first part (name, tensor)
+    for (name, plane, _, width), part in zip(INPUTS, parts, strict=True):
         part = _check_rows(name, part, device, width)
         _check_tensor(name, part, SOURCE_DTYPES)
         if views and part.shape[:2] != views[0].shape[:2]:
             raise ValueError(f"{name}: shape {tuple(part.shape)} has other tokens or heads than {INPUTS[0][0]}'s "
                              f"{tuple(views[0].shape)}")
+        head, head_part = row_head.setdefault(plane, (name, part))
+        if part.dtype != head_part.dtype:
+            # a row's parts are one dtype, as a whole row is (a raw segment copies its bits)
+            raise ValueError(f"{name}: dtype {part.dtype}, {head}'s is {head_part.dtype}; pass the parts of "
+                             f"plane {plane}'s rows in one dtype")
         views.append(part)
     n_tokens, heads, _ = views[0].shape
     cache_heads, values = _cache_dims(cache)

@@ -81,8 +81,8 @@ def test_sources_must_match_the_cache_heads_and_values():
 
 def test_rows_in_parts_are_checked_part_by_part():
     """A writer taking each row in parts (vllm_ds_mla: kv_c, k_pe) reads them from separate tensors of
-    their own strides, and an error names the part: its width, its token count, its heads, a part
-    overlapping the cache; nothing is written by a refused call."""
+    their own strides, and an error names the part: its width, its token count, its heads, its dtype,
+    a part overlapping the cache; nothing is written by a refused call."""
     m = module("vllm_ds_mla")
     gen = generator(41)
     rows = scaled_normal((24, 1, 576), gen).to(DEVICE)
@@ -102,8 +102,9 @@ def test_rows_in_parts_are_checked_part_by_part():
     raises(r"^k_pe: expected 1 head", m.quantize_store, kv_c, torch.zeros(24, 2, 64, device=DEVICE), loc, cache, 16)
     inside = cache.k_cache.view(-1)[: 24 * 128].view(torch.bfloat16).view(24, 1, 64)
     raises(r"^cache.k_cache: overlaps k_pe", m.quantize_store, kv_c, inside, loc, cache, 16)
-    with pytest.raises(TypeError):
-        m.quantize_store(rows, loc, cache, 16)                           # whole rows: not this signature
+    # a row's parts are one dtype (the bf16 rope is copied bit for bit, not converted)
+    raises(r"^k_pe: dtype torch.float32, kv_c's is torch.bfloat16; pass the parts of plane k's rows in one dtype",
+           m.quantize_store, kv_c, k_pe.float(), loc, cache, 16)
     assert_same_cache(m, cache, before, "refused calls")
 
 

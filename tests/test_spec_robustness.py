@@ -101,6 +101,7 @@ SEMANTIC = [
     # (what, spec text, file name, words the message must hold): accepted before, broken at import, compile or call
     ("plane is a parameter name", edit(GOOD, "planes: [k]", "planes: [loc]"), "dsv4_k", ["planes[0]", "'loc'"]),
     ("plane is a module name", edit(GOOD, "planes: [k]", "planes: [torch]"), "dsv4_k", ["planes[0]"]),
+    ("plane is a builtin", edit(GOOD, "planes: [k]", "planes: [len]"), "dsv4_k", ["planes[0]", "'len'"]),
     ("plane is a keyword", edit(GOOD, "planes: [k]", "planes: [class]"), "dsv4_k", ["keyword"]),
     ("name is a keyword", edit(GOOD, "name: dsv4_k", "name: def"), "def", ["cannot name a Python module"]),
     ("name is compat", edit(GOOD, "name: dsv4_k", "name: compat"), "compat", ["cannot name a Python module"]),
@@ -224,6 +225,8 @@ SEMANTIC = [
      "vllm_ds_mla", ["inputs.k.k_cache", "already uses"]),
     ("an input named as a kernel row", edit(SHIPPED["vllm_ds_mla"], "k_pe: [rope]", "rec: [rope]"),
      "vllm_ds_mla", ["inputs.k.rec", "already uses"]),
+    ("an input named as a builtin", edit(SHIPPED["vllm_ds_mla"], "k_pe: [rope]", "isinstance: [rope]"),
+     "vllm_ds_mla", ["inputs.k.isinstance", "already uses"]),
     ("an input named twice", edit(ZOO["zoo_inline_fp4"], "buffers:", "inputs:\n  k: {rows: [x]}\n  v: {rows: [x]}\nbuffers:"),
      "zoo_inline_fp4", ["inputs.v.rows", "plane 'k' has an input named 'rows' too"]),
     ("inputs of call-time width", edit(SHIPPED["vllm_fp8"], "buffers:", "inputs:\n  k: {key: [x]}\n  v: {value: [x]}\nbuffers:"),

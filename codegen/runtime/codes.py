@@ -70,8 +70,7 @@ def _encode_e2m1(q):
     so |q|'s code is RNE(|q| / spacing) plus the range's offset, and the even code wins each tie
     (a range's first value is an even code). RNE to an integer is one fused multiply-add: adding
     1.5 * 2^23 leaves the integer in the sum's low mantissa bits (the divisions are by powers of two,
-    exact). e2m1 has no NaN: a NaN gives +0 (its sign is not kept: the GPU's arithmetic returns the
-    canonical NaN)."""
+    exact). e2m1 has no NaN: a NaN gives +0 (code 0, whatever its sign bit)."""
     a = tl.minimum(tl.abs(q), 6.0)                                    # saturated (a NaN: masked below)
     step = tl.where(a >= 4.0, 0.5, tl.where(a >= 2.0, 1.0, 2.0))      # 1 / the range's spacing
     # 1.5 * 2^23 plus the range's first code less RNE(its first value / spacing): 0, 4 - 2, 6 - 2
