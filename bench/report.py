@@ -30,34 +30,37 @@ MISSES = [
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
     "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 72%, quantize_store 42-44%; dsv4_nvfp4 71-72% / 40-41%; "
-    "flashinfer_nvfp4 69-71% / 33%, its decode-size calls 5.3 us gather and 9.6-9.7 us quantize_store): the "
+    "flashinfer_nvfp4 69-71% / 36%, its decode-size calls 5.3 us gather and 9.1 us quantize_store): the "
     "per-value arithmetic bounds them (about 30 PTX instructions per value in quantize_store), as sm_90 has no "
     "e2m1 conversion. Building the codes and their fp32 values by integer arithmetic (no int-to-float "
     "conversions) made the gathers 22-28% faster and quantize_store 5-22% (one run, both builds back to back: "
     "`kvlayout bench --against`); an encoder of one fused multiply-add per code (14% fewer instructions) made "
     "quantize_store 3-6% faster, flashinfer_nvfp4's at 131072 tokens 3% slower; removing the layout conversions "
     "through shared memory around a byte's two codes changed nothing (0-5%), and a launch-shape sweep gains under "
-    "3 points. flashinfer_nvfp4's writer also divides each value (div.rn, as the quotient rule says); "
-    "dsv4_nvfp4's compares each with seven rounded products (sglang's rule). Second tuning stop of the fp4 layouts.",
+    "3 points. flashinfer_nvfp4's writer also divides each value (the quotient rule; a reciprocal per block and "
+    "a corrected product per value, 6-9% faster than div.rn); dsv4_nvfp4's compares each with seven rounded "
+    "products (sglang's rule). Second tuning stop of the fp4 layouts (flashinfer_nvfp4's quantize_store: third).",
     "mxfp8_kv_128x4 quantize_store with random slots (69%, a first version): random slots as for mxfp8_kv "
     "(74%; a plain scatter of MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are "
     "4-byte runs 512 bytes apart (one per 128 values), not one run, which the scatter ceiling did not model.",
-    "vllm_fp8 quantize_store at 131072 tokens (79.5 / 79.1%): the correctly rounded x / scale (div.rn.f32, vLLM's "
-    "rule) calls a slow-path subroutine; at 32 values per thread (84% in a launch-shape sweep) that call spills "
-    "8 bytes under Triton 3.9, so the spec takes 16 per thread (elements 1024, 2 warps).",
-    "vllm_fp8_per_token_head quantize_store (63 / 62% at 131072 tokens, 6.2 us for 2048, a first version): its "
+    "vllm_fp8_per_token_head quantize_store (71 / 69% at 131072 tokens, 5.4 us for 2048, a second version): its "
     "132-byte records (head_size + 4) start on 4-byte boundaries, so no store is wider than 4 bytes and a record "
     "shares its first and last 32-byte sectors with its neighbours; a bare kernel writing such rows contiguously, "
     "no quantization, reaches 70-78% (tools/record_stride_ceiling.py; 128-byte rows: 100%). One (plane, head)'s "
     "tokens per program gave 44-48% (neighbouring records written at different times); head_rows (a token's "
-    "heads and planes in one program) 63%; without the amax reduction and the division a variant gained 5 points more.",
-    "vllm_ds_mla quantize_store (68 / 64% at 131072 tokens, a first version): vLLM's rule divides each value by "
-    "its scale (div.rn.f32, as vllm_fp8's) where ds32_mla multiplies by a power of two (77 / 70%), with random "
-    "slots as for DSv4; reading kv_c and k_pe apart costs nothing (the same spec over whole rows: 68.3 / 64.5%, "
-    "back to back in one device call).",
-    "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (55-69%): "
-    "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dense ops "
-    "at 2^21 rows reach 93-94%).",
+    "heads and planes in one program) 63%, and 71% with the reciprocal division (see vllm_ds_mla) at 16 values per thread.",
+    "vllm_ds_mla quantize_store (68 / 66% at 131072 tokens, a second version): vLLM's rule divides each value by "
+    "its scale where ds32_mla multiplies by a power of two (77 / 70%), with random slots as for DSv4; replacing "
+    "div.rn per value by a reciprocal per group and Markstein's correction (two fmas; fewer instructions, no "
+    "slow-path call) made the other correctly rounded writers 1-13% faster (vllm_fp8 from 79 to 86%) but this one 0-3% "
+    "at 131072 tokens (6% at 2048); reading kv_c and k_pe apart costs nothing (the same spec over whole rows: "
+    "68.3 / 64.5%, back to back in one device call).",
+    "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (54-66%): "
+    "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dequantize "
+    "at 2^21 rows reaches 94%). The reciprocal division made its writers 7-10% faster at 2048 rows but 3-6% "
+    "slower at 131072 tokens and its dense quantize 93 -> 88% at 2^21 rows: with no division call to order "
+    "them, ptxas keeps a whole tile's quotients live (96 registers at 32 values per thread, spills under a "
+    "64-register cap); its best launch shape now takes 16 per thread.",
     "eager host time of the generated ops, 1.5-3.5x a bare torch.add (not <= 2x): the breakdown above, from "
     "one run: Triton's compiled launcher alone takes about one torch.add (6.5-8 us per launch), the plan "
     "key's tensor metadata 2-6 us, each output the op allocates about 4 us (torch.empty; pass out= to "

@@ -58,6 +58,20 @@ class ScaleGroup:
         return self.kind == "tensor"
 
     @property
+    def wide_divisors(self) -> bool:
+        """Whether the writer's divisors (rule exact, codes of x / scale) may be nonzero and outside
+        [2^-77, 2^126), so that its quotients scale them first (runtime numerics._divisor). Inside,
+        a one-level group's reciprocals are normal and its remainders exact without that: its floor
+        (scale_floor, amax_floor / fmax, e4m3's least code 2^-9) is at least 2^-77, and amax, at most
+        fp32's largest value, gives scales below 2^126 (fmax >= 4). A global scale or a call-time
+        scale can be anything."""
+        if self.given or self.global_name is not None:
+            return True
+        least = max(self.scale_floor or 0.0, (self.amax_floor or 0.0) / self.element.fmax,
+                    2.0 ** self.format.exponent_min if self.format.code else 0.0)
+        return least < 2.0 ** -77 or self.element.fmax < 4.0
+
+    @property
     def two_level(self) -> bool:
         """Block scales relative to a call-time global scale: stored s = fmt(amax / (fmax * g)), values
         divided by s * g and read back as code * s * g."""

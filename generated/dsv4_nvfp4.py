@@ -676,6 +676,45 @@ def _canonical_nan(x):
 
 
 @triton.jit
+def _divisor(d, WIDE: tl.constexpr = True):
+    """A divisor's parts for _quotient, computed once per divisor (a group's scale): (p, d p,
+    RN(1 / (d p))). WIDE: p = 2^96, 1 or 2^-96 takes |d| into [2^-64, 2^64] (a subnormal d too),
+    where the reciprocal is a normal number and the remainders of _quotient are exact; otherwise
+    (the model's ScaleGroup.wide_divisors: every nonzero d in [2^-77, 2^126) already) p = 1. A zero,
+    infinite or NaN d keeps x / d's meaning (inf, 0, NaN)."""
+    if WIDE:
+        a = tl.abs(d)
+        # 2^-64 and 2^64: the bounds; 2^96 and 2^-96: the factors (exact)
+        p = tl.where(a < 5.421010862427522e-20, 7.922816251426434e28,
+                     tl.where(a > 1.8446744073709552e19, 1.262177448353619e-29, 1.0))
+    else:
+        p = tl.full(d.shape, 1.0, tl.float32)
+    dp = d * p
+    return p, dp, tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), dp)
+
+
+@triton.jit
+def _quotient(x, p, dp, r):
+    """x / d rounded to nearest even (div.rn), by a multiply and Markstein's correction instead of a
+    division per value; (p, dp, r) = _divisor(d). q = RN(x p r) is within an ulp of the quotient, the
+    remainder q d p - x p is exact by an fma, and q + r (x p - q d p) rounded once is the correctly
+    rounded quotient wherever |x / d| is in [2^-24, 2^96]. Outside, the result only feeds an encoder,
+    which gives it the quotient's code: below 2^-24 it keeps the quotient's sign and stays under
+    every format's least subnormal; above 2^96 (x p may overflow) it is as large, or an infinity of
+    the same sign, which saturates as the quotient does; where the correction meets an infinity
+    (x = +-inf, an overflow, d = 0) q itself is the quotient, as it is where the remainder is 0. The
+    interpreter divides (numpy's division is correctly rounded)."""
+    if _INTERPRETED:
+        return tl.math.div_rn(x * p, dp)
+    else:
+        xp = x * p
+        q = xp * r
+        e = tl.fma(q, dp, -xp)             # q d p - x p, exactly
+        c = tl.fma(-e, r, q)
+        return tl.where((e != 0) & (c == c), c, q)    # e = 0: q is exact (a zero keeps its sign)
+
+
+@triton.jit
 def _encode_fp8_bits(q, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr, DROPPED_BITS: tl.constexpr,
                      BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr, STEP_MAGIC: tl.constexpr,
                      STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr, NEGATIVE_ZERO: tl.constexpr):
@@ -767,7 +806,7 @@ def _scale_offset(entry, SC_STRIDE: tl.constexpr, SC_SPLIT: tl.constexpr, SC_LO:
 @triton.jit
 def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
                  GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g, POISON: tl.constexpr = False,
-                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
+                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0, WIDE: tl.constexpr = True):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
     codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
     is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
@@ -775,7 +814,7 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
     ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
     values with multiples of the divisor instead of dividing. POISON: a group holding a NaN is NaN
     as a whole: every code NAN_CODE, its scale the canonical NaN (EXACT) or POISON_EXPONENT (which
-    its store writes as the format's NaN)."""
+    its store writes as the format's NaN). WIDE: the divisors may need _divisor's scaling (EXACT)."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
@@ -788,7 +827,9 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
     if PRODUCTS:
         codes = ENCODE(x, d[:, :, None])
     elif EXACT:
-        codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
+        p, dp, r = _divisor(d, WIDE)                                         # once per group
+        q = _quotient(x, p[:, :, None], dp[:, :, None], r[:, :, None])
+        codes = ENCODE(tl.where(d[:, :, None] > 0, q, 0.0))                 # an all-zero group stays 0
     else:
         codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
     if POISON:
@@ -808,7 +849,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                              GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                              EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
                              SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0,
-                             GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
+                             GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0,
+                             WIDE: tl.constexpr = True):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
     BYTE_OFFSET."""
@@ -822,7 +864,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         codes, scale = _group_codes(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
-                                    EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
+                                    EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g, WIDE=WIDE)
         even, odd = tl.split(tl.reshape(codes, (codes.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of

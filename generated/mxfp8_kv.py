@@ -679,6 +679,45 @@ def _canonical_nan(x):
 
 
 @triton.jit
+def _divisor(d, WIDE: tl.constexpr = True):
+    """A divisor's parts for _quotient, computed once per divisor (a group's scale): (p, d p,
+    RN(1 / (d p))). WIDE: p = 2^96, 1 or 2^-96 takes |d| into [2^-64, 2^64] (a subnormal d too),
+    where the reciprocal is a normal number and the remainders of _quotient are exact; otherwise
+    (the model's ScaleGroup.wide_divisors: every nonzero d in [2^-77, 2^126) already) p = 1. A zero,
+    infinite or NaN d keeps x / d's meaning (inf, 0, NaN)."""
+    if WIDE:
+        a = tl.abs(d)
+        # 2^-64 and 2^64: the bounds; 2^96 and 2^-96: the factors (exact)
+        p = tl.where(a < 5.421010862427522e-20, 7.922816251426434e28,
+                     tl.where(a > 1.8446744073709552e19, 1.262177448353619e-29, 1.0))
+    else:
+        p = tl.full(d.shape, 1.0, tl.float32)
+    dp = d * p
+    return p, dp, tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), dp)
+
+
+@triton.jit
+def _quotient(x, p, dp, r):
+    """x / d rounded to nearest even (div.rn), by a multiply and Markstein's correction instead of a
+    division per value; (p, dp, r) = _divisor(d). q = RN(x p r) is within an ulp of the quotient, the
+    remainder q d p - x p is exact by an fma, and q + r (x p - q d p) rounded once is the correctly
+    rounded quotient wherever |x / d| is in [2^-24, 2^96]. Outside, the result only feeds an encoder,
+    which gives it the quotient's code: below 2^-24 it keeps the quotient's sign and stays under
+    every format's least subnormal; above 2^96 (x p may overflow) it is as large, or an infinity of
+    the same sign, which saturates as the quotient does; where the correction meets an infinity
+    (x = +-inf, an overflow, d = 0) q itself is the quotient, as it is where the remainder is 0. The
+    interpreter divides (numpy's division is correctly rounded)."""
+    if _INTERPRETED:
+        return tl.math.div_rn(x * p, dp)
+    else:
+        xp = x * p
+        q = xp * r
+        e = tl.fma(q, dp, -xp)             # q d p - x p, exactly
+        c = tl.fma(-e, r, q)
+        return tl.where((e != 0) & (c == c), c, q)    # e = 0: q is exact (a zero keeps its sign)
+
+
+@triton.jit
 def _encode_fp8_bits(q, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr, DROPPED_BITS: tl.constexpr,
                      BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr, STEP_MAGIC: tl.constexpr,
                      STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr, NEGATIVE_ZERO: tl.constexpr):
@@ -789,7 +828,7 @@ def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
 @triton.jit
 def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
                  GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g, POISON: tl.constexpr = False,
-                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
+                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0, WIDE: tl.constexpr = True):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
     codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
     is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
@@ -797,7 +836,7 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
     ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
     values with multiples of the divisor instead of dividing. POISON: a group holding a NaN is NaN
     as a whole: every code NAN_CODE, its scale the canonical NaN (EXACT) or POISON_EXPONENT (which
-    its store writes as the format's NaN)."""
+    its store writes as the format's NaN). WIDE: the divisors may need _divisor's scaling (EXACT)."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
@@ -810,7 +849,9 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
     if PRODUCTS:
         codes = ENCODE(x, d[:, :, None])
     elif EXACT:
-        codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
+        p, dp, r = _divisor(d, WIDE)                                         # once per group
+        q = _quotient(x, p[:, :, None], dp[:, :, None], r[:, :, None])
+        codes = ENCODE(tl.where(d[:, :, None] > 0, q, 0.0))                 # an all-zero group stays 0
     else:
         codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
     if POISON:
@@ -831,14 +872,15 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
                       SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
                       GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0,
-                      POISON: tl.constexpr = False, NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
+                      POISON: tl.constexpr = False, NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0,
+                      WIDE: tl.constexpr = True):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
     ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales; GLOBAL,
     PRODUCTS, g: two-level scales and comparison encoders; POISON, NAN_CODE, POISON_EXPONENT: groups
-    a NaN makes NaN as a whole (see _group_codes).
+    a NaN makes NaN as a whole; WIDE: divisors that may need scaling (see _group_codes).
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
     lane = _group_lanes(GROUP, LANES)
@@ -849,7 +891,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
         codes, scale = _group_codes(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g,
-                                    POISON, NAN_CODE, POISON_EXPONENT)
+                                    POISON, NAN_CODE, POISON_EXPONENT, WIDE)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 

@@ -642,6 +642,45 @@ def _canonical_nan(x):
 
 
 @triton.jit
+def _divisor(d, WIDE: tl.constexpr = True):
+    """A divisor's parts for _quotient, computed once per divisor (a group's scale): (p, d p,
+    RN(1 / (d p))). WIDE: p = 2^96, 1 or 2^-96 takes |d| into [2^-64, 2^64] (a subnormal d too),
+    where the reciprocal is a normal number and the remainders of _quotient are exact; otherwise
+    (the model's ScaleGroup.wide_divisors: every nonzero d in [2^-77, 2^126) already) p = 1. A zero,
+    infinite or NaN d keeps x / d's meaning (inf, 0, NaN)."""
+    if WIDE:
+        a = tl.abs(d)
+        # 2^-64 and 2^64: the bounds; 2^96 and 2^-96: the factors (exact)
+        p = tl.where(a < 5.421010862427522e-20, 7.922816251426434e28,
+                     tl.where(a > 1.8446744073709552e19, 1.262177448353619e-29, 1.0))
+    else:
+        p = tl.full(d.shape, 1.0, tl.float32)
+    dp = d * p
+    return p, dp, tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), dp)
+
+
+@triton.jit
+def _quotient(x, p, dp, r):
+    """x / d rounded to nearest even (div.rn), by a multiply and Markstein's correction instead of a
+    division per value; (p, dp, r) = _divisor(d). q = RN(x p r) is within an ulp of the quotient, the
+    remainder q d p - x p is exact by an fma, and q + r (x p - q d p) rounded once is the correctly
+    rounded quotient wherever |x / d| is in [2^-24, 2^96]. Outside, the result only feeds an encoder,
+    which gives it the quotient's code: below 2^-24 it keeps the quotient's sign and stays under
+    every format's least subnormal; above 2^96 (x p may overflow) it is as large, or an infinity of
+    the same sign, which saturates as the quotient does; where the correction meets an infinity
+    (x = +-inf, an overflow, d = 0) q itself is the quotient, as it is where the remainder is 0. The
+    interpreter divides (numpy's division is correctly rounded)."""
+    if _INTERPRETED:
+        return tl.math.div_rn(x * p, dp)
+    else:
+        xp = x * p
+        q = xp * r
+        e = tl.fma(q, dp, -xp)             # q d p - x p, exactly
+        c = tl.fma(-e, r, q)
+        return tl.where((e != 0) & (c == c), c, q)    # e = 0: q is exact (a zero keeps its sign)
+
+
+@triton.jit
 def _encode_fp8_bits(q, FMAX: tl.constexpr, REBASE_BITS: tl.constexpr, DROPPED_BITS: tl.constexpr,
                      BELOW_HALF: tl.constexpr, MIN_NORMAL_BITS: tl.constexpr, STEP_MAGIC: tl.constexpr,
                      STEPS_PER_UNIT: tl.constexpr, NAN_CODE: tl.constexpr, NEGATIVE_ZERO: tl.constexpr):
@@ -727,11 +766,13 @@ def _quantize_given_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, scal
     for the plane, correctly rounded) -> codes at record byte BYTE_OFFSET, CHUNK values at a time.
     ENCODE(fp32) -> codes; nothing else is stored."""
     lane = tl.arange(0, CHUNK)
+    d = tl.full((CHUNK,), 1.0, tl.float32)[None, :] * scale             # the scale, as the values' divisor
+    p, dp, r = _divisor(d)
     for first in range(0, TILES, CHUNK):
         index = first + lane
         in_segment = (index < TILES)[None, :]
         x = tl.load(x_ptr + x_row[:, None] + (VALUE_OFFSET + index)[None, :], mask=row_in[:, None] & in_segment, other=0.0)
-        q = tl.math.div_rn(_convert(x, tl.float32), tl.full(x.shape, 1.0, tl.float32) * scale)
+        q = _quotient(_convert(x, tl.float32), p, dp, r)
         tl.store(rec_ptr + rec_row[:, None] + (BYTE_OFFSET + index)[None, :], ENCODE(q), mask=row_ok[:, None] & in_segment)
 
 

@@ -338,3 +338,66 @@ def test_ue8m0_byte_ff_reads_as_the_spec_says(name, groups, raw):
             normal = slice(16, 200)                      # products stay normal fp32 numbers
             assert torch.equal(got[normal, lo], got[128, lo] * e8m0[normal] / e8m0[128]), (name, lo)
         assert torch.equal(got[255, raw:], got[128, raw:]), "raw values take no scale"
+
+
+@triton.jit
+def _quotient_kernel(x_ptr, d_ptr, q_ptr, want_ptr, n, DIVISOR: tl.constexpr, QUOTIENT: tl.constexpr,
+                     WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=1.0)
+    d = tl.load(d_ptr + offs, mask=mask, other=1.0)
+    p, dp, r = DIVISOR(d, WIDE)
+    tl.store(q_ptr + offs, QUOTIENT(x, p, dp, r), mask=mask)
+    tl.store(want_ptr + offs, tl.math.div_rn(x, d), mask=mask)
+
+
+def assert_quotients(m, x: torch.Tensor, d: torch.Tensor, wide: bool = True) -> None:
+    """_quotient(x, d) against div.rn, element by element: the same bits wherever |x / d| is in
+    [2^-24, 2^96]; below, under 2^-23 with the quotient's sign; above, over 2^95 (or an infinity)
+    with its sign; NaN exactly where the quotient is NaN. wide=False: _divisor without its scaling
+    (divisors in [2^-77, 2^126), zeros, infinities)."""
+    q, want = (torch.empty_like(x) for _ in range(2))
+    _quotient_kernel[(triton.cdiv(x.numel(), 1024),)](x, d, q, want, x.numel(), m._divisor, m._quotient, wide, BLOCK=1024)
+    a = want.abs()
+    exact = (a >= 2.0 ** -24) & (a <= 2.0 ** 96)
+    assert torch.equal(bits(q[exact]), bits(want[exact])), f"{int((bits(q[exact]) != bits(want[exact])).sum())} differ"
+    tiny, huge = a < 2.0 ** -24, a > 2.0 ** 96
+    assert bool((q[tiny].abs() < 2.0 ** -23).all()) and torch.equal(q[tiny].signbit(), want[tiny].signbit())
+    assert bool((q[huge].abs() > 2.0 ** 95).all()) and torch.equal(q[huge].signbit(), want[huge].signbit())
+    assert torch.equal(q.isnan(), want.isnan())
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the interpreter divides; the GPU multiplies and corrects")
+def test_quotient_is_the_correctly_rounded_division():
+    """The writers' x / scale (_divisor once per scale, _quotient per value) on the GPU: every bf16
+    value over every scale the exact rule gives a bf16 amax (RN(amax / 448), FLT_MIN floor), 2^26
+    random fp32 pairs of every bit pattern, 2^26 of normal values near each other's range, and the
+    edges (zeros, infinities, NaN, subnormal divisors, the bounds 2^+-64 and their neighbours); and
+    without the divisors' scaling, for those the model lets a layout divide by unscaled
+    (ScaleGroup.wide_divisors)."""
+    m = module("vllm_ds_mla")
+    x = all_bf16().to(torch.float32).to(DEVICE)
+    amax = all_bf16().to(torch.float32)
+    amax = amax[(amax > 0) & amax.isfinite()]
+    scales = torch.maximum(amax / 448.0, torch.tensor(2.0 ** -126)).unique().to(DEVICE)
+    for chunk in scales.split(2048):
+        assert_quotients(m, x.repeat(chunk.numel()), chunk.repeat_interleave(x.numel()))
+        narrow = chunk[chunk >= 2.0 ** -77]       # as a layout whose floor keeps them there divides
+        assert_quotients(m, x.repeat(narrow.numel()), narrow.repeat_interleave(x.numel()), wide=False)
+    n = 1 << 26
+    assert_quotients(m, random_fp32(n, 11).to(DEVICE), random_fp32(n, 12).to(DEVICE))
+    gen = generator(13)
+    near = [torch.randn(n, generator=gen) * torch.exp2(torch.randint(-40, 41, (n,), generator=gen).float())
+            for _ in range(2)]
+    assert_quotients(m, near[0].to(DEVICE), near[1].to(DEVICE))
+    edges = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 2.0 ** -149, 2.0 ** -126,
+                          2.0 ** -64, 2.0 ** 64, 2.0 ** 127, 3.4028234663852886e38, 1.0, 448.0, 6.0])
+    edges = torch.cat([edges, -edges, torch.nextafter(edges, torch.tensor(float("inf"))),
+                       torch.nextafter(edges, torch.tensor(0.0))])
+    others = torch.cat([edges, random_fp32(4096, 14), scaled_normal((4096,), generator(15), torch.float32)])
+    xs, ds = torch.cartesian_prod(others, edges).unbind(1)
+    assert_quotients(m, xs.contiguous().to(DEVICE), ds.contiguous().to(DEVICE))
+    assert_quotients(m, ds.contiguous().to(DEVICE), xs.contiguous().to(DEVICE))
+    narrow = (ds.abs() >= 2.0 ** -77) & (ds.abs() < 2.0 ** 126) | (ds == 0) | ds.isinf()
+    assert_quotients(m, xs[narrow].contiguous().to(DEVICE), ds[narrow].contiguous().to(DEVICE), wide=False)

@@ -58,7 +58,7 @@ def _in_group(mask, lane, GROUP: tl.constexpr, LANES: tl.constexpr):
 @triton.jit
 def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr,
                  GLOBAL: tl.constexpr, PRODUCTS: tl.constexpr, g, POISON: tl.constexpr = False,
-                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
+                 NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0, WIDE: tl.constexpr = True):
     """The source values at `values` ([rows, tiles, lanes] indices, where `read`) of each row as
     codes, and each group's scale: (codes, scales). Lanes not read load +0, which leaves amax as it
     is. SCALE_OF(amax bits): the scale exponent (power-of-two rules) or the fp32 scale (EXACT; with
@@ -66,7 +66,7 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
     ENCODE(fp32 quotients) -> codes, or with PRODUCTS ENCODE(values, divisors), which compares the
     values with multiples of the divisor instead of dividing. POISON: a group holding a NaN is NaN
     as a whole: every code NAN_CODE, its scale the canonical NaN (EXACT) or POISON_EXPONENT (which
-    its store writes as the format's NaN)."""
+    its store writes as the format's NaN). WIDE: the divisors may need _divisor's scaling (EXACT)."""
     x = tl.load(x_ptr + x_row[:, None, None] + values, mask=read, other=0.0)
     x = _convert(x, tl.float32)
     amax = tl.max(_magnitude_bits(x), axis=2)                                # fp32 bits, NaN ignored
@@ -79,7 +79,9 @@ def _group_codes(x_ptr, x_row, read, values, EXACT: tl.constexpr, SCALE_OF: tl.c
     if PRODUCTS:
         codes = ENCODE(x, d[:, :, None])
     elif EXACT:
-        codes = ENCODE(tl.where(d[:, :, None] > 0, tl.math.div_rn(x, d[:, :, None]), 0.0))   # an all-zero group stays 0
+        p, dp, r = _divisor(d, WIDE)                                         # once per group
+        q = _quotient(x, p[:, :, None], dp[:, :, None], r[:, :, None])
+        codes = ENCODE(tl.where(d[:, :, None] > 0, q, 0.0))                 # an all-zero group stays 0
     else:
         codes = ENCODE(x * _exp2i(-scale)[:, :, None])                      # exact: a power of two
     if POISON:
@@ -100,14 +102,15 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
                       EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
                       SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0, LANES: tl.constexpr = 0,
                       GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0,
-                      POISON: tl.constexpr = False, NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0):
+                      POISON: tl.constexpr = False, NAN_CODE: tl.constexpr = 0, POISON_EXPONENT: tl.constexpr = 0,
+                      WIDE: tl.constexpr = True):
     """TILES groups of GROUP values of each row (from value VALUE_OFFSET) -> codes at record byte
     BYTE_OFFSET and one scale per group, CHUNK groups at a time (LANES: see _group_lanes).
 
     SCALE_OF(amax bits): the group's scale exponent (power-of-two rules) or fp32 scale (EXACT);
     ENCODE(fp32) -> codes; STORE_SCALE(addresses, scale, mask, eviction) writes the scales; GLOBAL,
     PRODUCTS, g: two-level scales and comparison encoders; POISON, NAN_CODE, POISON_EXPONENT: groups
-    a NaN makes NaN as a whole (see _group_codes).
+    a NaN makes NaN as a whole; WIDE: divisors that may need scaling (see _group_codes).
     Rows in row_in are read (so the loads need not wait for the slots), rows in row_ok written.
     """
     lane = _group_lanes(GROUP, LANES)
@@ -118,7 +121,7 @@ def _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         read = _in_group((row_in[:, None] & in_segment)[:, :, None], lane, GROUP, LANES)
         codes, scale = _group_codes(x_ptr, x_row, read, VALUE_OFFSET + index, EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g,
-                                    POISON, NAN_CODE, POISON_EXPONENT)
+                                    POISON, NAN_CODE, POISON_EXPONENT, WIDE)
         tl.store(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + index), codes, mask=_in_group(ok[:, :, None], lane, GROUP, LANES))
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
@@ -187,7 +190,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                              GROUP: tl.constexpr, VALUE_OFFSET: tl.constexpr, BYTE_OFFSET: tl.constexpr,
                              EXACT: tl.constexpr, SCALE_OF: tl.constexpr, ENCODE: tl.constexpr, STORE_SCALE: tl.constexpr,
                              SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0,
-                             GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0):
+                             GLOBAL: tl.constexpr = False, PRODUCTS: tl.constexpr = False, g=1.0,
+                             WIDE: tl.constexpr = True):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
     BYTE_OFFSET."""
@@ -201,7 +205,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         ok = row_ok[:, None] & in_segment                                    # [rows, tiles]
         index = tile[None, :, None] * GROUP + lane[None, None, :]            # value index in the segment
         codes, scale = _group_codes(x_ptr, x_row, (row_in[:, None] & in_segment)[:, :, None], VALUE_OFFSET + index,
-                                    EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g)
+                                    EXACT, SCALE_OF, ENCODE, GLOBAL, PRODUCTS, g, WIDE=WIDE)
         even, odd = tl.split(tl.reshape(codes, (codes.shape[0], CHUNK, GROUP // 2, 2)))
         byte = tile[None, :, None] * (GROUP // 2) + pair[None, None, :]      # byte index in the segment
         # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
@@ -252,11 +256,13 @@ def _quantize_given_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, scal
     for the plane, correctly rounded) -> codes at record byte BYTE_OFFSET, CHUNK values at a time.
     ENCODE(fp32) -> codes; nothing else is stored."""
     lane = tl.arange(0, CHUNK)
+    d = tl.full((CHUNK,), 1.0, tl.float32)[None, :] * scale             # the scale, as the values' divisor
+    p, dp, r = _divisor(d)
     for first in range(0, TILES, CHUNK):
         index = first + lane
         in_segment = (index < TILES)[None, :]
         x = tl.load(x_ptr + x_row[:, None] + (VALUE_OFFSET + index)[None, :], mask=row_in[:, None] & in_segment, other=0.0)
-        q = tl.math.div_rn(_convert(x, tl.float32), tl.full(x.shape, 1.0, tl.float32) * scale)
+        q = _quotient(_convert(x, tl.float32), p, dp, r)
         tl.store(rec_ptr + rec_row[:, None] + (BYTE_OFFSET + index)[None, :], ENCODE(q), mask=row_ok[:, None] & in_segment)
 
 
