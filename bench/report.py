@@ -52,13 +52,13 @@ MISSES = [
     "vllm_ds_mla quantize_store (68 / 66% at 131072 tokens, a second version): vLLM's rule divides each value by "
     "its scale where ds32_mla multiplies by a power of two (77 / 70%), with random slots as for DSv4; replacing "
     "div.rn per value by a reciprocal per group and Markstein's correction (two fmas; fewer instructions, no "
-    "slow-path call) made the other correctly rounded writers 1-13% faster (vllm_fp8 from 79 to 86%) but this one 0-3% "
-    "at 131072 tokens (6% at 2048); reading kv_c and k_pe apart costs nothing (the same spec over whole rows: "
+    "slow-path call) made vllm_fp8, vllm_fp8_per_token_head and flashinfer_nvfp4's writers 1-13% faster (vllm_fp8 from 79 "
+    "to 86%), this one 0-3% at 131072 tokens and 6% at 2048 (back to back with the previous build); reading kv_c and k_pe apart costs nothing (the same spec over whole rows: "
     "68.3 / 64.5%, back to back in one device call).",
     "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (54-66%): "
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dequantize "
     "at 2^21 rows reaches 94%). The reciprocal division made its writers 7-10% faster at 2048 rows but 3-6% "
-    "slower at 131072 tokens and its dense quantize 93 -> 88% at 2^21 rows: with no division call to order "
+    "slower at 131072 tokens (back to back with the previous build) and its dense quantize 93 -> 88% at 2^21 rows: with no division call to order "
     "them, ptxas keeps a whole tile's quotients live (96 registers at 32 values per thread, spills under a "
     "64-register cap); its best launch shape now takes 16 per thread.",
     "eager host time of the generated ops, 1.5-3.5x a bare torch.add (not <= 2x): the breakdown above, from "

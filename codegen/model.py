@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .expr import Expr, NextPow2, RoundUp, const, contains, next_pow2
-from .formats import ELEMENT_FORMATS, FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat
+from .formats import ELEMENT_FORMATS, FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat, fp32_value
 
 # Launch knobs that shape a kernel's code, fixed when its module is generated (not in LAUNCH).
 GENERATION_KNOBS = ("head_rows",)
@@ -63,13 +63,14 @@ class ScaleGroup:
         [2^-77, 2^126), so that its quotients scale them first (runtime numerics._divisor). Inside,
         a one-level group's reciprocals are normal and its remainders exact without that: its floor
         (scale_floor, amax_floor / fmax, e4m3's least code 2^-9) is at least 2^-77, and amax, at most
-        fp32's largest value, gives scales below 2^126 (fmax >= 4). A global scale or a call-time
-        scale can be anything."""
+        fp32's largest value, gives scales below 2^126 (fmax >= 4), as a scale_floor below 2^125 does.
+        A global scale or a call-time scale can be anything."""
         if self.given or self.global_name is not None:
             return True
-        least = max(self.scale_floor or 0.0, (self.amax_floor or 0.0) / self.element.fmax,
+        floor = self.scale_floor or 0.0
+        least = max(floor, (fp32_value(self.amax_floor) if self.amax_floor else 0.0) / self.element.fmax,
                     2.0 ** self.format.exponent_min if self.format.code else 0.0)
-        return least < 2.0 ** -77 or self.element.fmax < 4.0
+        return least < 2.0 ** -77 or floor >= 2.0 ** 125 or self.element.fmax < 4.0
 
     @property
     def two_level(self) -> bool:

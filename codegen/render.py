@@ -94,8 +94,10 @@ RUNTIME_OPTIONAL = {
               "_store_fp32": "_store_fp32", "_store_fp32_pow2": "_store_fp32_pow2", "_ue8m0_from_bytes": "_load_ue8m0",
               "_load_ue8m0": "_load_ue8m0", "_load_fp32": "_load_fp32", "_ue8m0_word_bytes": "_ue8m0_word_bytes",
               "_load_ue8m0_words": "_load_ue8m0_words"},
+    # _group_codes names _divisor and _quotient (in its EXACT branch), so every writer walk carries them.
     "numerics": {"_divisor": ("_quantize_segment", "_quantize_packed_segment", "_quantize_given_segment"),
                  "_quotient": ("_quantize_segment", "_quantize_packed_segment", "_quantize_given_segment"),
+                 "_markstein": ("_quantize_segment", "_quantize_packed_segment", "_quantize_given_segment"),
                  "_exp2i": "amax", "_magnitude_bits": "amax", "_saturate": "_encode_fp8",
                  "_encode_fp8_bits": "_encode_fp8", "_decode_fp8_bits": "_decode_fp8"},
     "ref_numerics": {"_ref_magnitude_bits": "amax", "_ref_exp2i": "amax",

@@ -683,23 +683,32 @@ def _divisor(d, WIDE: tl.constexpr = True):
 
 @triton.jit
 def _quotient(x, p, dp, r):
-    """x / d rounded to nearest even (div.rn), by a multiply and Markstein's correction instead of a
-    division per value; (p, dp, r) = _divisor(d). q = RN(x p r) is within an ulp of the quotient, the
-    remainder q d p - x p is exact by an fma, and q + r (x p - q d p) rounded once is the correctly
-    rounded quotient wherever |x / d| is in [2^-24, 2^96]. Outside, the result only feeds an encoder,
-    which gives it the quotient's code: below 2^-24 it keeps the quotient's sign and stays under
-    every format's least subnormal; above 2^96 (x p may overflow) it is as large, or an infinity of
-    the same sign, which saturates as the quotient does; where the correction meets an infinity
-    (x = +-inf, an overflow, d = 0) q itself is the quotient, as it is where the remainder is 0. The
-    interpreter divides (numpy's division is correctly rounded)."""
+    """x / d rounded to nearest even (div.rn), by a multiply and a correction instead of a division
+    per value; (p, dp, r) = _divisor(d). On the GPU _markstein; the interpreter divides (numpy's
+    division is correctly rounded; older interpreters' fma rounds twice)."""
     if _INTERPRETED:
         return tl.math.div_rn(x * p, dp)
     else:
-        xp = x * p
-        q = xp * r
-        e = tl.fma(q, dp, -xp)             # q d p - x p, exactly
-        c = tl.fma(-e, r, q)
-        return tl.where((e != 0) & (c == c), c, q)    # e = 0: q is exact (a zero keeps its sign)
+        return _markstein(x, p, dp, r)
+
+
+@triton.jit
+def _markstein(x, p, dp, r):
+    """q = RN(x p r), then Markstein's correction q + r (x p - q d p) rounded once, the remainder
+    exact by an fma: the correctly rounded quotient wherever |x / d| is in [2^-24, 2^96] (checked
+    against div.rn over every pair of fp32 mantissas on an H200: q alone can be 1.125 ulp off,
+    the corrected value is not; powers of two commute with each step while r, x p, q and the
+    remainder stay normal, which _divisor's range ensures). Outside, the result only feeds an
+    encoder, which gives it the quotient's code: below 2^-24 it keeps the quotient's sign and stays
+    under every format's least subnormal; above 2^96 (x p may overflow) it is as large, or an
+    infinity of the same sign, which saturates as the quotient does; where the correction meets an
+    infinity (x = +-inf, an overflow, d = 0) q itself is the quotient, as it is where the
+    remainder is 0 (so a zero keeps its sign)."""
+    xp = x * p
+    q = xp * r
+    e = tl.fma(q, dp, -xp)             # q d p - x p, exactly
+    c = tl.fma(-e, r, q)
+    return tl.where((e != 0) & (c == c), c, q)
 
 
 @triton.jit

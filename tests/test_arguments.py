@@ -105,6 +105,8 @@ def test_rows_in_parts_are_checked_part_by_part():
     # a row's parts are one dtype (the bf16 rope is copied bit for bit, not converted)
     raises(r"^k_pe: dtype torch.float32, kv_c's is torch.bfloat16; pass the parts of plane k's rows in one dtype",
            m.quantize_store, kv_c, k_pe.float(), loc, cache, 16)
+    with pytest.raises(TypeError):
+        m.quantize_store(rows, loc, cache, 16)                           # whole rows: not this signature
     assert_same_cache(m, cache, before, "refused calls")
 
 

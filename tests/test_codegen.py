@@ -201,3 +201,20 @@ def test_results_summary_is_generated_from_the_bench_json():
     assert (ROOT / "bench" / "RESULTS.md").read_text() == text, "run python -m bench.report"
     # one table row per layout, op and scenario (which grows with the specs); the prose stays short
     assert sum(not line.startswith("|") for line in text.splitlines()) <= 40
+
+
+def test_divisors_are_scaled_unless_the_model_keeps_them_in_range():
+    """ScaleGroup.wide_divisors: a writer's x / scale skips _divisor's scaling only for one-level exact
+    groups whose floor keeps every nonzero scale in [2^-77, 2^126): ds32_indexer's amax floor 1e-4,
+    vllm_fp8_per_token_head's scale floor 1e-6; not vllm_ds_mla's FLT_MIN, a floor of 2^125 or more,
+    a global scale or a call-time one."""
+    import dataclasses
+
+    def group(name):
+        return next(g for g in layout(name).scales if g.exact or g.given)
+    assert not group("ds32_indexer").wide_divisors and not group("vllm_fp8_per_token_head").wide_divisors
+    assert group("vllm_ds_mla").wide_divisors                          # FLT_MIN: quotients of subnormals
+    assert group("flashinfer_nvfp4").wide_divisors and group("vllm_fp8").wide_divisors
+    narrow = group("vllm_fp8_per_token_head")
+    assert dataclasses.replace(narrow, scale_floor=2.0 ** 125).wide_divisors   # reciprocals near subnormal
+    assert not dataclasses.replace(narrow, scale_floor=2.0 ** 124).wide_divisors

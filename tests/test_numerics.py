@@ -352,13 +352,15 @@ def _quotient_kernel(x_ptr, d_ptr, q_ptr, want_ptr, n, DIVISOR: tl.constexpr, QU
     tl.store(want_ptr + offs, tl.math.div_rn(x, d), mask=mask)
 
 
-def assert_quotients(m, x: torch.Tensor, d: torch.Tensor, wide: bool = True) -> None:
+def assert_quotients(m, x: torch.Tensor, d: torch.Tensor, wide: bool = True, quotient=None) -> None:
     """_quotient(x, d) against div.rn, element by element: the same bits wherever |x / d| is in
     [2^-24, 2^96]; below, under 2^-23 with the quotient's sign; above, over 2^95 (or an infinity)
     with its sign; NaN exactly where the quotient is NaN. wide=False: _divisor without its scaling
-    (divisors in [2^-77, 2^126), zeros, infinities)."""
+    (divisors in [2^-77, 2^126), zeros, infinities). quotient: the function under test (the module's
+    _quotient by default)."""
     q, want = (torch.empty_like(x) for _ in range(2))
-    _quotient_kernel[(triton.cdiv(x.numel(), 1024),)](x, d, q, want, x.numel(), m._divisor, m._quotient, wide, BLOCK=1024)
+    _quotient_kernel[(triton.cdiv(x.numel(), 1024),)](x, d, q, want, x.numel(), m._divisor, quotient or m._quotient, wide,
+                                                      BLOCK=1024)
     a = want.abs()
     exact = (a >= 2.0 ** -24) & (a <= 2.0 ** 96)
     assert torch.equal(bits(q[exact]), bits(want[exact])), f"{int((bits(q[exact]) != bits(want[exact])).sum())} differ"
@@ -366,6 +368,50 @@ def assert_quotients(m, x: torch.Tensor, d: torch.Tensor, wide: bool = True) -> 
     assert bool((q[tiny].abs() < 2.0 ** -23).all()) and torch.equal(q[tiny].signbit(), want[tiny].signbit())
     assert bool((q[huge].abs() > 2.0 ** 95).all()) and torch.equal(q[huge].signbit(), want[huge].signbit())
     assert torch.equal(q.isnan(), want.isnan())
+
+
+def unscaled_divisors(n: int, seed: int) -> torch.Tensor:
+    """n random fp32 divisors of either sign, |d| log-uniform over [2^-77, 2^126) (where _divisor need
+    not scale them)."""
+    gen = generator(seed)
+    d = torch.exp2(torch.rand(n, generator=gen, dtype=torch.float64) * 203 - 77).float()
+    d = d.clamp(2.0 ** -77, torch.nextafter(torch.tensor(2.0 ** 126), torch.tensor(0.0)).item())
+    return torch.where(torch.rand(n, generator=gen) < 0.5, -d, d)
+
+
+def _interpreter_fma_is_exact() -> bool:
+    """Whether this interpreter rounds tl.fma once (Triton 3.9's does; a product rounded first gives 0
+    for (1 + 2^-12)^2 - (1 + 2^-11), the exact 2^-24)."""
+    a = torch.tensor([1 + 2.0 ** -12]); c = torch.tensor([-(1 + 2.0 ** -11)])
+    y = torch.empty(1)
+    _fma_kernel[(1,)](a, c, y)
+    return y.item() == 2.0 ** -24
+
+
+@triton.jit
+def _fma_kernel(a_ptr, c_ptr, y_ptr):
+    a = tl.load(a_ptr + tl.arange(0, 1))
+    tl.store(y_ptr + tl.arange(0, 1), tl.fma(a, a, tl.load(c_ptr + tl.arange(0, 1))))
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU test below runs _markstein itself, at full size")
+def test_markstein_quotient_under_an_exact_interpreter():
+    """The GPU's quotient (_markstein) run by the interpreter, where its fma rounds once: every bf16
+    value over scales a bf16 amax gives, random fp32 pairs (scaled and unscaled divisors), the
+    edges; the same checks as on the GPU, at interpreter sizes."""
+    if not _interpreter_fma_is_exact():
+        pytest.skip("this Triton's interpreter rounds an fma twice")
+    m = module("vllm_ds_mla")
+    x = all_bf16().to(torch.float32)
+    amax = x[(x > 0) & x.isfinite()]
+    scales = torch.maximum(amax / 448.0, torch.tensor(2.0 ** -126)).unique()
+    scales = scales[torch.randperm(scales.numel(), generator=generator(18))[:6]]
+    for wide in (True, False):
+        s = scales if wide else scales[scales >= 2.0 ** -77]
+        assert_quotients(m, x.repeat(s.numel()), s.repeat_interleave(x.numel()), wide, m._markstein)
+    n = 1 << 16
+    assert_quotients(m, random_fp32(n, 11), random_fp32(n, 12), True, m._markstein)
+    assert_quotients(m, random_fp32(n, 16), unscaled_divisors(n, 17), False, m._markstein)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the interpreter divides; the GPU multiplies and corrects")
@@ -387,12 +433,14 @@ def test_quotient_is_the_correctly_rounded_division():
         assert_quotients(m, x.repeat(narrow.numel()), narrow.repeat_interleave(x.numel()), wide=False)
     n = 1 << 26
     assert_quotients(m, random_fp32(n, 11).to(DEVICE), random_fp32(n, 12).to(DEVICE))
+    assert_quotients(m, random_fp32(n, 16).to(DEVICE), unscaled_divisors(n, 17).to(DEVICE), wide=False)
     gen = generator(13)
     near = [torch.randn(n, generator=gen) * torch.exp2(torch.randint(-40, 41, (n,), generator=gen).float())
             for _ in range(2)]
     assert_quotients(m, near[0].to(DEVICE), near[1].to(DEVICE))
     edges = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 2.0 ** -149, 2.0 ** -126,
-                          2.0 ** -64, 2.0 ** 64, 2.0 ** 127, 3.4028234663852886e38, 1.0, 448.0, 6.0])
+                          2.0 ** -64, 2.0 ** 64, 2.0 ** -77, 2.0 ** 126, 2.0 ** 127, 3.4028234663852886e38, 1.0,
+                          448.0, 6.0])
     edges = torch.cat([edges, -edges, torch.nextafter(edges, torch.tensor(float("inf"))),
                        torch.nextafter(edges, torch.tensor(0.0))])
     others = torch.cat([edges, random_fp32(4096, 14), scaled_normal((4096,), generator(15), torch.float32)])

@@ -256,7 +256,8 @@ def _quantize_given_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, scal
     for the plane, correctly rounded) -> codes at record byte BYTE_OFFSET, CHUNK values at a time.
     ENCODE(fp32) -> codes; nothing else is stored."""
     lane = tl.arange(0, CHUNK)
-    d = tl.full((CHUNK,), 1.0, tl.float32)[None, :] * scale             # the scale, as the values' divisor
+    # the scale as the values' divisor (a splat: every lane the same value) and its parts, once per call
+    d = tl.full((CHUNK,), 1.0, tl.float32)[None, :] * scale
     p, dp, r = _divisor(d)
     for first in range(0, TILES, CHUNK):
         index = first + lane
