@@ -64,8 +64,9 @@ class ScaleGroup:
         a one-level group's reciprocals are normal and its remainders exact without that: its floor
         (scale_floor, amax_floor / fmax, e4m3's least code 2^-9) is at least 2^-77, and amax, at most
         fp32's largest value, gives scales below 2^126 (fmax >= 4), as a scale_floor below 2^125 does.
-        A global scale or a call-time scale can be anything."""
-        if self.given or self.global_name is not None:
+        A global scale or a call-time scale can be anything. A group that does not divide (power-of-two
+        rules, products rounding) keeps the kernels' default, True."""
+        if self.given or self.global_name is not None or not (self.exact and self.rounding == "quotient"):
             return True
         floor = self.scale_floor or 0.0
         least = max(floor, (fp32_value(self.amax_floor) if self.amax_floor else 0.0) / self.element.fmax,

@@ -394,58 +394,54 @@ def _fma_kernel(a_ptr, c_ptr, y_ptr):
     tl.store(y_ptr + tl.arange(0, 1), tl.fma(a, a, tl.load(c_ptr + tl.arange(0, 1))))
 
 
-@pytest.mark.skipif(ON_GPU, reason="the GPU test below runs _markstein itself, at full size")
-def test_markstein_quotient_under_an_exact_interpreter():
-    """The GPU's quotient (_markstein) run by the interpreter, where its fma rounds once: every bf16
-    value over scales a bf16 amax gives, random fp32 pairs (scaled and unscaled divisors), the
-    edges; the same checks as on the GPU, at interpreter sizes."""
-    if not _interpreter_fma_is_exact():
-        pytest.skip("this Triton's interpreter rounds an fma twice")
-    m = module("vllm_ds_mla")
-    x = all_bf16().to(torch.float32)
-    amax = x[(x > 0) & x.isfinite()]
-    scales = torch.maximum(amax / 448.0, torch.tensor(2.0 ** -126)).unique()
-    scales = scales[torch.randperm(scales.numel(), generator=generator(18))[:6]]
-    for wide in (True, False):
-        s = scales if wide else scales[scales >= 2.0 ** -77]
-        assert_quotients(m, x.repeat(s.numel()), s.repeat_interleave(x.numel()), wide, m._markstein)
-    n = 1 << 16
-    assert_quotients(m, random_fp32(n, 11), random_fp32(n, 12), True, m._markstein)
-    assert_quotients(m, random_fp32(n, 16), unscaled_divisors(n, 17), False, m._markstein)
-
-
-@pytest.mark.skipif(not ON_GPU, reason="the interpreter divides; the GPU multiplies and corrects")
-def test_quotient_is_the_correctly_rounded_division():
-    """The writers' x / scale (_divisor once per scale, _quotient per value) on the GPU: every bf16
-    value over every scale the exact rule gives a bf16 amax (RN(amax / 448), FLT_MIN floor), 2^26
-    random fp32 pairs of every bit pattern, 2^26 of normal values near each other's range, and the
-    edges (zeros, infinities, NaN, subnormal divisors, the bounds 2^+-64 and their neighbours); and
-    without the divisors' scaling, for those the model lets a layout divide by unscaled
-    (ScaleGroup.wide_divisors)."""
-    m = module("vllm_ds_mla")
+def check_quotients(m, quotient, scales: int, n: int, others: int) -> None:
+    """assert_quotients over the corpus: every bf16 value over `scales` of the scales the exact rule
+    gives a bf16 amax (RN(amax / 448), FLT_MIN floor; all of them for scales=None), with and without
+    the divisors' scaling (for those in [2^-77, 2^126) unscaled, as ScaleGroup.wide_divisors allows);
+    n random fp32 pairs of every bit pattern, over scaled and over unscaled divisors, n of normal values
+    near each other's range; and the edges (zeros, infinities, NaN, subnormal divisors, the bounds
+    2^+-64, 2^-77, 2^126 and their neighbours) against themselves and `others` random values."""
     x = all_bf16().to(torch.float32).to(DEVICE)
     amax = all_bf16().to(torch.float32)
     amax = amax[(amax > 0) & amax.isfinite()]
-    scales = torch.maximum(amax / 448.0, torch.tensor(2.0 ** -126)).unique().to(DEVICE)
-    for chunk in scales.split(2048):
-        assert_quotients(m, x.repeat(chunk.numel()), chunk.repeat_interleave(x.numel()))
-        narrow = chunk[chunk >= 2.0 ** -77]       # as a layout whose floor keeps them there divides
-        assert_quotients(m, x.repeat(narrow.numel()), narrow.repeat_interleave(x.numel()), wide=False)
-    n = 1 << 26
-    assert_quotients(m, random_fp32(n, 11).to(DEVICE), random_fp32(n, 12).to(DEVICE))
-    assert_quotients(m, random_fp32(n, 16).to(DEVICE), unscaled_divisors(n, 17).to(DEVICE), wide=False)
+    every = torch.maximum(amax / 448.0, torch.tensor(2.0 ** -126)).unique()
+    chosen = every if scales is None else every[torch.randperm(every.numel(), generator=generator(18))[:scales]]
+    for chunk in chosen.to(DEVICE).split(2048):
+        assert_quotients(m, x.repeat(chunk.numel()), chunk.repeat_interleave(x.numel()), True, quotient)
+        narrow = chunk[chunk >= 2.0 ** -77]
+        assert_quotients(m, x.repeat(narrow.numel()), narrow.repeat_interleave(x.numel()), False, quotient)
+    assert_quotients(m, random_fp32(n, 11).to(DEVICE), random_fp32(n, 12).to(DEVICE), True, quotient)
+    assert_quotients(m, random_fp32(n, 16).to(DEVICE), unscaled_divisors(n, 17).to(DEVICE), False, quotient)
     gen = generator(13)
     near = [torch.randn(n, generator=gen) * torch.exp2(torch.randint(-40, 41, (n,), generator=gen).float())
             for _ in range(2)]
-    assert_quotients(m, near[0].to(DEVICE), near[1].to(DEVICE))
+    assert_quotients(m, near[0].to(DEVICE), near[1].to(DEVICE), True, quotient)
     edges = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 2.0 ** -149, 2.0 ** -126,
                           2.0 ** -64, 2.0 ** 64, 2.0 ** -77, 2.0 ** 126, 2.0 ** 127, 3.4028234663852886e38, 1.0,
                           448.0, 6.0])
     edges = torch.cat([edges, -edges, torch.nextafter(edges, torch.tensor(float("inf"))),
                        torch.nextafter(edges, torch.tensor(0.0))])
-    others = torch.cat([edges, random_fp32(4096, 14), scaled_normal((4096,), generator(15), torch.float32)])
-    xs, ds = torch.cartesian_prod(others, edges).unbind(1)
-    assert_quotients(m, xs.contiguous().to(DEVICE), ds.contiguous().to(DEVICE))
-    assert_quotients(m, ds.contiguous().to(DEVICE), xs.contiguous().to(DEVICE))
+    values = torch.cat([edges, random_fp32(others, 14), scaled_normal((others,), generator(15), torch.float32)])
+    xs, ds = (t.contiguous() for t in torch.cartesian_prod(values, edges).unbind(1))
+    assert_quotients(m, xs.to(DEVICE), ds.to(DEVICE), True, quotient)
+    assert_quotients(m, ds.to(DEVICE), xs.to(DEVICE), True, quotient)
     narrow = (ds.abs() >= 2.0 ** -77) & (ds.abs() < 2.0 ** 126) | (ds == 0) | ds.isinf()
-    assert_quotients(m, xs[narrow].contiguous().to(DEVICE), ds[narrow].contiguous().to(DEVICE), wide=False)
+    assert_quotients(m, xs[narrow].to(DEVICE), ds[narrow].to(DEVICE), False, quotient)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU test below runs _markstein itself, at full size")
+def test_markstein_quotient_under_an_exact_interpreter():
+    """The GPU's quotient (_markstein) run by the interpreter, where its fma rounds once: the GPU
+    test's corpus at interpreter sizes (6 scales, 2^16 random pairs)."""
+    if not _interpreter_fma_is_exact():
+        pytest.skip("this Triton's interpreter rounds an fma twice")
+    m = module("vllm_ds_mla")
+    check_quotients(m, m._markstein, scales=6, n=1 << 16, others=256)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the interpreter divides; the GPU multiplies and corrects")
+def test_quotient_is_the_correctly_rounded_division():
+    """The writers' x / scale (_divisor once per scale, _quotient per value) on the GPU, over every
+    scale a bf16 amax gives, 2^26 random pairs of each kind and the edges (check_quotients)."""
+    m = module("vllm_ds_mla")
+    check_quotients(m, m._quotient, scales=None, n=1 << 26, others=4096)
