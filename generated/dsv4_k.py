@@ -496,14 +496,18 @@ class _Plan:
 
     def run(self, tensors: tuple) -> None:
         """Launch every recorded kernel with this call's tensors, on the current stream, as Triton's
-        JIT launches a compiled kernel (the launch hooks only when some are set)."""
+        JIT launches a compiled kernel (the launch hooks only when some are set). The launcher takes
+        each tensor as its data_ptr(): given an object it would call data_ptr() itself and ask the
+        driver whether the address is device memory (cuPointerGetAttribute, per tensor, per call),
+        which the plan's signature already settled (every tensor on this CUDA device). Hooks get
+        the tensors themselves."""
         stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
         enter, leave = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook
         hooked = getattr(enter, "calls", enter) or getattr(leave, "calls", leave)
         for compiled, direct, grid, values, slots in self.launches:
             args = values.copy()
             for position, index in slots:
-                args[position] = tensors[index]
+                args[position] = tensors[index] if hooked else tensors[index].data_ptr()
             if hooked:
                 compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
                              compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
