@@ -68,6 +68,11 @@ class ElementFormat:
     decoder: str = "_decode_fp8"     # ... and its decoder, with decode_args
 
     @property
+    def encoded_as(self) -> str:
+        """What its Triton encoder returns (packed formats' codes are packed from int32 low bytes)."""
+        return "uint8" if self.packing == 1 else "int32: the code in the low byte, the bits above any"
+
+    @property
     def encode_args(self) -> tuple:
         """The constexpr arguments of runtime/codes.py's _encode_fp8 for this format, as source (none
         for formats with an encoder of their own)."""

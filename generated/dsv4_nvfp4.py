@@ -866,7 +866,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                              WIDE: tl.constexpr = True):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
-    BYTE_OFFSET."""
+    BYTE_OFFSET. ENCODE gives int32 codes in the low 4 bits with bits 4..7 clear (the bits above
+    may hold anything): a byte is the low byte of even + 16 odd."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     LOAD_VEC: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth    # values in one 16-byte load
@@ -883,7 +884,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
         # that many bytes, not the group's, gives the store the load's layout (no trip through shared memory).
         at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, RUN])
-        tl.store(at, even | (odd << 4), mask=ok[:, :, None])
+        tl.store(at, (even + (odd << 4)).to(tl.uint8), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
@@ -1045,7 +1046,7 @@ def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.const
 
 @triton.jit
 def _encode_e2m1_products(x, d):
-    """x / d -> fp4 e2m1 codes without the quotient (sglang's NVFP4 encoder): |x| compared with d
+    """x / d -> fp4 e2m1 codes (int32, 0..15) without the quotient (sglang's NVFP4 encoder): |x| compared with d
     times each midpoint of _encode_e2m1, each product rounded to fp32 (so a value within an ulp of
     a midpoint may round otherwise than its exact quotient would). The sign is x's bit, a NaN's too
     (a NaN fails every comparison: +-0); d = 0 (a zero scale) gives +0 for every value."""
@@ -1054,7 +1055,7 @@ def _encode_e2m1_products(x, d):
             + (a >= d * 1.75).to(tl.int32) + (a > d * 2.5).to(tl.int32) + (a >= d * 3.5).to(tl.int32)
             + (a > d * 5.0).to(tl.int32))
     sign = (x.to(tl.int32, bitcast=True) >> 28) & 0x8
-    return tl.where(d > 0, code | sign, 0).to(tl.uint8)
+    return tl.where(d > 0, code | sign, 0)
 
 
 @triton.jit

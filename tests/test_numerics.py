@@ -297,14 +297,54 @@ def test_fp16_rescale_route(element):
         assert differ[shifts < -24].any() and not differ[shifts >= -24].any()
 
 
+@triton.jit
+def _scaled_map_kernel(x_ptr, y_ptr, n, scale, FN: tl.constexpr, BLOCK: tl.constexpr):
+    """FN(x * scale): an encoder's input as its callers give it, a product (scale a call argument, so
+    no compiler folds a product by 1)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, FN(tl.load(x_ptr + offs, mask=mask) * scale), mask=mask)
+
+
 def test_e2m1_encoder_is_round_to_nearest_even_with_saturation():
-    """fp4 e2m1's encoder on every bf16 bit pattern and 2^20 random fp32 ones equals the oracle's
-    table of the 16 codes (nearest value, ties to the even code, +-6 beyond; a NaN gives +0)."""
+    """fp4 e2m1's encoder, given x * 1 as its callers give it products and quotients, on every bf16
+    bit pattern and 2^20 random fp32 ones equals the oracle's table of the 16 codes (nearest value,
+    ties to the even code, +-6 beyond; a NaN gives +0). Its codes are the low bytes of int32s."""
     from tests import oracle
-    x = torch.cat([all_bf16().to(torch.float32), random_fp32(1 << 20, 7)])
-    got = apply(module("dsv4_mxfp4")._encode_fp4_e2m1, x, torch.uint8)
-    want = torch.from_numpy(oracle.encode("fp4_e2m1", x.numpy()))
-    assert torch.equal(got, want)
+    x = torch.cat([all_bf16().to(torch.float32), random_fp32(1 << 20, 7)]).to(DEVICE)
+    got = torch.empty(x.shape, dtype=torch.int32, device=DEVICE)
+    _scaled_map_kernel[(triton.cdiv(x.numel(), 1024),)](x, got, x.numel(), 1.0, module("dsv4_mxfp4")._encode_fp4_e2m1,
+                                                        BLOCK=1024)
+    want = torch.from_numpy(oracle.encode("fp4_e2m1", x.cpu().numpy()))
+    assert torch.equal((got.cpu() & 0xFF).to(torch.uint8), want)
+    assert not (got.cpu() & 0xF0).any()          # bits 4..7 clear: the packed walk adds the odd code's nibble
+
+
+@triton.jit
+def _e2m1_paths_kernel(first, scale, mismatches_ptr, BLOCK: tl.constexpr):
+    """Every fp32 bit pattern from `first` on (BLOCK per program), times scale: the GPU encoder's
+    code (_e2m1_code) against the interpreter's (_e2m1_magnitude_steps, sign, NaN test)."""
+    m = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK) + first
+    q = m.to(tl.int32).to(tl.float32, bitcast=True) * scale
+    fast = _E2M1_MODULE._e2m1_code(q) & 0xFF
+    steps = _E2M1_MODULE._e2m1_magnitude_steps(q) | ((q.to(tl.int32, bitcast=True) >> 28) & 0x8)
+    steps = tl.where(q == q, steps, 0)
+    tl.atomic_add(mismatches_ptr, tl.sum((fast != steps).to(tl.int32)))
+
+
+_E2M1_MODULE = module("dsv4_mxfp4")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the GPU encoder (inline PTX) runs on the GPU only")
+def test_e2m1_gpu_encoder_matches_the_integer_path_on_every_fp32():
+    """The GPU's e2m1 encoder (.sat fmas, see _e2m1_code) gives the interpreter path's code for all
+    2^32 fp32 bit patterns (each times 1 and times -1, as the callers' products canonicalize NaN)."""
+    mismatches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    block, chunk = 4096, 1 << 28
+    for scale in (1.0, -1.0):
+        for first in range(0, 1 << 32, chunk):
+            _e2m1_paths_kernel[(chunk // block,)](first, scale, mismatches, BLOCK=block)
+    assert int(mismatches) == 0
 
 
 def test_e2m1_decoder_is_exact_on_every_code():

@@ -190,8 +190,8 @@ SEMANTIC = [
                                             "ops: [quantize_store, gather_dequant]",
                                             "ops: [quantize_store, gather_dequant, dequantize]"),
      "flashinfer_nvfp4", ["ops[2]", "takes no global scale", "drop quantize and dequantize"]),
-    ("head rows with global scales", edit(SHIPPED["flashinfer_nvfp4"], "quantize_store: {elements: 2048, num_warps: 2}",
-                                          "quantize_store: {elements: 2048, num_warps: 2, head_rows: true}"),
+    ("head rows with global scales", edit(SHIPPED["flashinfer_nvfp4"], "quantize_store: {elements: 1024, num_warps: 2}",
+                                          "quantize_store: {elements: 1024, num_warps: 2, head_rows: true}"),
      "flashinfer_nvfp4", ["tuning.quantize_store.head_rows", "call-time scales", "remove head_rows"]),
     ("two groups with one global scale name", ZOO["zoo_nvfp4_heads"].replace(
         "  - {name: tail, values: 8, dtype: bf16}", "  - {name: y, values: 32, dtype: fp4_e2m1, scale: y}\n  - {scales: y}\n"

@@ -64,25 +64,69 @@ def _decode_fp8(codes, DTYPE: tl.constexpr, NATIVE: tl.constexpr, FMAX: tl.const
 
 @triton.jit
 def _encode_e2m1(q):
-    """fp32 -> fp4 e2m1 codes (uint8, 0..15; bit 3 the sign): round to nearest even onto
+    """fp32 -> fp4 e2m1 codes (0..15, bit 3 the sign) in the low byte of an int32 (the bits above
+    may hold anything; _quantize_packed_segment packs the low bytes): round to nearest even onto
     {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturate to +-6 (infinities too), exactly (sm_90 has no e2m1
-    conversion). The codes are evenly spaced within [0, 2) (by 0.5), [2, 4) (by 1) and [4, 6] (by 2),
-    so |q|'s code is RNE(|q| / spacing) plus the range's offset, and the even code wins each tie
-    (a range's first value is an even code). RNE to an integer is one fused multiply-add: adding
-    1.5 * 2^23 leaves the integer in the sum's low mantissa bits (the divisions are by powers of two,
-    exact). e2m1 has no NaN: a NaN gives +0 (code 0, whatever its sign bit)."""
-    a = tl.minimum(tl.abs(q), 6.0)                                    # saturated (a NaN: masked below)
+    conversion). e2m1 has no NaN: a NaN gives +0 (code 0, whatever its sign bit). q is a product
+    or quotient (every caller scales the values first): on the GPU a NaN there is the canonical,
+    positive NaN, whose code _e2m1_code makes 0 with no test."""
+    if _INTERPRETED:
+        code = _e2m1_magnitude_steps(q) | ((q.to(tl.int32, bitcast=True) >> 28) & 0x8)
+        return tl.where(q == q, code, 0)
+    else:
+        return _e2m1_code(q)
+
+
+@triton.jit
+def _e2m1_magnitude_steps(q):
+    """|q|'s e2m1 code (int32, 0..7; a NaN's is masked by the caller). The codes are evenly spaced
+    within [0, 2) (by 0.5), [2, 4) (by 1) and [4, 6] (by 2), so |q|'s code is RNE(|q| / spacing)
+    plus the range's offset, and the even code wins each tie (a range's first value is an even
+    code). RNE to an integer is one fused multiply-add: adding 1.5 * 2^23 leaves the integer in the
+    sum's low mantissa bits (the divisions are by powers of two, exact)."""
+    a = tl.minimum(tl.abs(q), 6.0)                                    # saturated (a NaN: masked by the caller)
     step = tl.where(a >= 4.0, 0.5, tl.where(a >= 2.0, 1.0, 2.0))      # 1 / the range's spacing
     # 1.5 * 2^23 plus the range's first code less RNE(its first value / spacing): 0, 4 - 2, 6 - 2
     magic = tl.where(a >= 4.0, 12582916.0, tl.where(a >= 2.0, 12582914.0, 12582912.0))
-    code = (a * step + magic).to(tl.int32, bitcast=True) - 0x4B400000
-    code |= (q.to(tl.int32, bitcast=True) >> 28) & 0x8
-    return tl.where(q == q, code, 0).to(tl.uint8)
+    return (a * step + magic).to(tl.int32, bitcast=True) - 0x4B400000
+
+
+@triton.jit
+def _e2m1_code(q):
+    """q's e2m1 code in the low byte of an int32 (the sum below keeps 0x4B400000 above it), in
+    eight instructions of sm_90's fma units and no compare or select (its integer and compare units
+    bound the fp4 writers). With t = |q|, the magnitude's code is the sum of three rounded pieces,
+    each clamped by the instruction's .sat (to [0, 1], a NaN to +0):
+        RNE(4 sat(t / 2))      = RNE(min(2t, 4))             0..4: the codes of [0, 2) by 0.5
+        RNE(2 sat(t / 2 - 1))  = RNE(clamp(t - 2, 0, 2))     0..2: those of [2, 4] by 1
+        RNE(sat(t / 2 - 2))    = RNE(clamp(t / 2 - 2, 0, 1)) 0..1: those of [4, 6] by 2
+    Each piece is exact before its rounding (a power-of-two scaling, a difference of numbers within
+    a factor two). The sum is accumulated on 1.5 * 2^23, where fp32's spacing is 1, so each fma
+    rounds the running integer plus the next piece to nearest even; a piece is fractional only
+    where the pieces before it are at their maximum (4, then 6), even numbers, so its tie goes as
+    its own RNE would. The sign bit, q >> 31 as a high product, adds 8 (a canonical NaN's is 0)."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .f32 q, t, y1, y2, y3, s;
+        .reg .b32 sign, sum;
+        mov.b32 q, $1;
+        abs.f32 t, q;
+        mul.rn.sat.f32 y1, t, 0f3F000000;
+        fma.rn.sat.f32 y2, t, 0f3F000000, 0fBF800000;
+        fma.rn.sat.f32 y3, t, 0f3F000000, 0fC0000000;
+        fma.rn.f32 s, y1, 0f40800000, 0f4B400000;
+        fma.rn.f32 s, y2, 0f40000000, s;
+        add.rn.f32 s, s, y3;
+        mov.b32 sum, s;
+        mul.hi.u32 sign, $1, 2;
+        mad.lo.u32 $0, sign, 8, sum;
+        }""",  # constants: 0.5, -1, -2, 4, 1.5 * 2^23, 2
+        constraints="=r,r", args=[q.to(tl.int32, bitcast=True)], dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
 def _encode_e2m1_products(x, d):
-    """x / d -> fp4 e2m1 codes without the quotient (sglang's NVFP4 encoder): |x| compared with d
+    """x / d -> fp4 e2m1 codes (int32, 0..15) without the quotient (sglang's NVFP4 encoder): |x| compared with d
     times each midpoint of _encode_e2m1, each product rounded to fp32 (so a value within an ulp of
     a midpoint may round otherwise than its exact quotient would). The sign is x's bit, a NaN's too
     (a NaN fails every comparison: +-0); d = 0 (a zero scale) gives +0 for every value."""
@@ -91,7 +135,7 @@ def _encode_e2m1_products(x, d):
             + (a >= d * 1.75).to(tl.int32) + (a > d * 2.5).to(tl.int32) + (a >= d * 3.5).to(tl.int32)
             + (a > d * 5.0).to(tl.int32))
     sign = (x.to(tl.int32, bitcast=True) >> 28) & 0x8
-    return tl.where(d > 0, code | sign, 0).to(tl.uint8)
+    return tl.where(d > 0, code | sign, 0)
 
 
 @triton.jit

@@ -194,7 +194,8 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
                              WIDE: tl.constexpr = True):
     """_quantize_segment for formats of two codes per byte (fp4): a group's values 2i and 2i + 1 go
     to the low and the high nibble of its byte i, GROUP / 2 bytes per group from record byte
-    BYTE_OFFSET."""
+    BYTE_OFFSET. ENCODE gives int32 codes in the low 4 bits with bits 4..7 clear (the bits above
+    may hold anything): a byte is the low byte of even + 16 odd."""
     lane = tl.arange(0, GROUP)
     pair = tl.arange(0, GROUP // 2)
     LOAD_VEC: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth    # values in one 16-byte load
@@ -211,7 +212,7 @@ def _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_
         # A thread's bytes are the pairs of the values it loaded (one 16-byte load's): claiming runs of
         # that many bytes, not the group's, gives the store the load's layout (no trip through shared memory).
         at = tl.max_contiguous(rec_ptr + rec_row[:, None, None] + (BYTE_OFFSET + byte), [1, 1, RUN])
-        tl.store(at, even | (odd << 4), mask=ok[:, :, None])
+        tl.store(at, (even + (odd << 4)).to(tl.uint8), mask=ok[:, :, None])
         STORE_SCALE(sc_ptr + sc_row[:, None] + _scale_offset(tile, SC_STRIDE, SC_SPLIT, SC_LO)[None, :], scale, ok, SCALE_EVICTION)
 
 
