@@ -8,6 +8,7 @@ the integer forms the kernels use. Slow by design (Python loops over tokens, hea
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -45,6 +46,7 @@ def packing(fmt: str) -> int:
     return 8 // (1 + sum(ELEMENTS[fmt][:2]))
 
 
+@functools.lru_cache(maxsize=None)
 def code_value(fmt: str, code: int) -> float:
     """The value of one code from its bits (NaN for NaN codes, +-inf for e5m2's infinities)."""
     ebits, mbits, bias, specials = ELEMENTS[fmt]
@@ -62,16 +64,25 @@ def code_value(fmt: str, code: int) -> float:
     return sign * (1 + m / 2 ** mbits) * 2.0 ** (e - bias)
 
 
+@functools.lru_cache(maxsize=None)
 def fmax(fmt: str) -> float:
     return max(v for v in (code_value(fmt, c) for c in range(sign_bit(fmt))) if math.isfinite(v))
+
+
+@functools.lru_cache(maxsize=None)
+def magnitudes(fmt: str) -> tuple:
+    """(codes, values): the non-negative finite codes up to fmax, by value."""
+    codes = [c for c in range(sign_bit(fmt)) if math.isfinite(code_value(fmt, c)) and code_value(fmt, c) <= fmax(fmt)]
+    values = np.array([code_value(fmt, c) for c in codes])
+    values.setflags(write=False)
+    return tuple(codes), values
 
 
 def encode(fmt: str, q: np.ndarray) -> np.ndarray:
     """Codes of q: clamped to +-fmax, the nearest code value, ties to the even code; NaN -> the NaN
     code (e2m1, which has none: +0)."""
     top = fmax(fmt)
-    codes = [c for c in range(sign_bit(fmt)) if math.isfinite(code_value(fmt, c)) and code_value(fmt, c) <= top]
-    values = np.array([code_value(fmt, c) for c in codes])
+    codes, values = magnitudes(fmt)
     with np.errstate(invalid="ignore"):
         mag = np.minimum(np.abs(q.astype(np.float64)), top)
     hi = np.clip(np.searchsorted(values, np.nan_to_num(mag)), 1, len(values) - 1)
