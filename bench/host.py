@@ -11,7 +11,8 @@ timed alike on the same inputs when the seeds are given (`--seeds DIR`, the fold
 seed files; see shared/seeds/README.md).
 
     python -m bench.host [--seeds DIR] [--package generated] [--json PATH]
-    python -m bench.host --table BEFORE.json AFTER.json      # Markdown for bench/RESULTS.md
+    python -m bench.host --against PACKAGE --json RUN.json   # another build's modules alternately
+    python -m bench.host --table RUN.json                    # its Markdown for bench/RESULTS.md
 """
 from __future__ import annotations
 
@@ -231,20 +232,19 @@ def breakdown(package: str, specs: Path) -> list:
     return rows_out
 
 
-def markdown(before: dict, after: dict) -> str:
-    """The before/after table of two runs' JSON (--json) as Markdown, for bench/RESULTS.md."""
-    env = after["environment"]
+def markdown(run: dict) -> str:
+    """The table of one run's JSON (--json) with --against, as Markdown for bench/RESULTS.md: each op's
+    host time with the other package's modules (before) and this one's (after), timed alternately."""
+    env = run["environment"]
     lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']}; {CALLS} eager calls "
-             f"per row, no sync. Bare `torch.add`: {before['torch_add_us']:.1f} us (before run), "
-             f"{after['torch_add_us']:.1f} us (after run).", "",
-             "| op | size | before us | after us | after / torch.add | seed us (after run) |", "|---|---|---:|---:|---:|---:|"]
-    old = {(r["op"], r["size"]): r for r in before["results"]}
-    for r in after["results"]:
-        b = old.get((r["op"], r["size"]))
+             f"per row, no sync; with each package the faster of {ROUNDS} alternating timings. Bare `torch.add`: "
+             f"{run['torch_add_us']:.1f} us.", "",
+             "| op | size | before us | after us | after / torch.add | seed us |", "|---|---|---:|---:|---:|---:|"]
+    for r in run["results"]:
         seed = f"{r['seed_host_us']:.1f}" if r["seed_host_us"] is not None else ""
-        was = f"{b['host_us']:.1f}" if b else "-"
+        was = f"{r['against_host_us']:.1f}" if r.get("against_host_us") is not None else "-"
         lines.append(f"| {r['op']} | {r['size']} | {was} | {r['host_us']:.1f} | "
-                     f"{r['host_us'] / after['torch_add_us']:.2f} | {seed} |")
+                     f"{r['host_us'] / run['torch_add_us']:.2f} | {seed} |")
     return "\n".join(lines)
 
 
@@ -256,13 +256,15 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--against", metavar="PACKAGE", help="also time each op with this package's modules, alternating "
                    "with ours over ROUNDS rounds (the faster timing of each), side by side")
-    p.add_argument("--table", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
-                   help="print the Markdown table of two runs' JSON files (no GPU needed)")
+    p.add_argument("--before", metavar="TEXT", help="what the --against package is (e.g. 'the previous build, "
+                   "abc1234'), kept in the JSON for the Markdown table")
+    p.add_argument("--table", type=Path, metavar="JSON",
+                   help="print the Markdown table of a run's JSON file, made with --against (no GPU needed)")
     p.add_argument("--breakdown", action="store_true", help="where each generated op's replayed call spends its "
                    "host time (signature, allocations, launches, the rest), after the timings")
     args = p.parse_args(argv)
     if args.table:
-        print(markdown(*(json.loads(path.read_text()) for path in args.table)))
+        print(markdown(json.loads(args.table.read_text())))
         return 0
     if not torch.cuda.is_available():
         print("kvlayout bench --host needs a CUDA GPU", file=sys.stderr)
@@ -301,6 +303,7 @@ def main(argv=None) -> int:
     if args.json:
         from .run import environment
         args.json.write_text(json.dumps({"environment": environment(), "package": args.package, "against": args.against,
+                                         "before": args.before or args.against,
                                          "torch_add_us": add_us, "results": results,
                                          **({"breakdown": parts} if parts else {})}, indent=1))
     return 0

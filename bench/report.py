@@ -1,8 +1,8 @@
 """bench/RESULTS.md from the benchmarks' JSON (no GPU needed): `python -m bench.report`.
 
-Inputs, all in bench/: results-h200.json (`kvlayout bench --json`), host-before-h200.json and
-host-after-h200.json (`kvlayout bench --host --json`), host-breakdown-h200.json (`kvlayout bench --host
---breakdown --json`), seeds-h200.json (the seeds timed against the
+Inputs, all in bench/: results-h200.json (`kvlayout bench --json`), host-h200.json (`kvlayout bench
+--host --against PACKAGE --seeds DIR --breakdown --json`: the host table and where a call's time
+goes), seeds-h200.json (the seeds timed against the
 compat functions). What bounds each target missed is stated in MISSES below, one line each; the
 evidence behind them is in the commit messages that measured it.
 """
@@ -25,21 +25,23 @@ MISSES = [
     "quantization, reaches 67 / 60% of copy (tools/scatter_ceiling.py): the slot pattern is the bound.",
     "append of a batch of sequences at 131072 tokens (74%): a leader whose block straddles two programs loads "
     "its rows after its slots arrive, and 8 one-warp programs per SM at 233 registers do not hide that round trip.",
-    "append's typical and growing decode steps (42 / 44 us, not <= 5): they rewrite whole blocks; a bare kernel "
+    "append's typical and growing decode steps (41 / 43 us, not <= 5): they rewrite whole blocks; a bare kernel "
     "reading and writing back the same 2048 random 32-slot blocks takes 36.5-40 us (`python -m bench.floors`).",
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
-    "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 72%, quantize_store 42-44%; dsv4_nvfp4 71-72% / 40-41%; "
-    "flashinfer_nvfp4 69-71% / 36%, its decode-size calls 5.3 us gather and 9.1 us quantize_store): the "
-    "per-value arithmetic bounds them (about 30 PTX instructions per value in quantize_store), as sm_90 has no "
-    "e2m1 conversion. Building the codes and their fp32 values by integer arithmetic (no int-to-float "
-    "conversions) made the gathers 22-28% faster and quantize_store 5-22% (one run, both builds back to back: "
-    "`kvlayout bench --against`); an encoder of one fused multiply-add per code (14% fewer instructions) made "
-    "quantize_store 3-6% faster, flashinfer_nvfp4's at 131072 tokens 3% slower; removing the layout conversions "
-    "through shared memory around a byte's two codes changed nothing (0-5%), and a launch-shape sweep gains under "
-    "3 points. flashinfer_nvfp4's writer also divides each value (the quotient rule; a reciprocal per block and "
-    "a corrected product per value, 6-9% faster than div.rn); dsv4_nvfp4's compares each with seven rounded "
-    "products (sglang's rule). Second tuning stop of the fp4 layouts (flashinfer_nvfp4's quantize_store: third).",
+    "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 71-72%, quantize_store 60 / 55%; dsv4_nvfp4 71-72% / 42%; "
+    "flashinfer_nvfp4 68-71% / 41-40%, its decode-size calls 5.3 us gather and 7.4 us quantize_store): the "
+    "per-value arithmetic bounds them, as sm_90 has no e2m1 conversion. Last tuning stop (the third; "
+    "flashinfer_nvfp4's writer: fourth): the GPU's e2m1 code is eight instructions of the fma units (three "
+    ".sat pieces summed on 1.5 * 2^23) instead of compares and selects on the integer/compare units, which run "
+    "at half their rate: dsv4_mxfp4's writer from 914 to 744 sm_90 instructions a warp, 653 to 342 of them on "
+    "those units; with a swept launch shape its quantize_store went 44 -> 60% (prefill) and 42 -> 55% (random), "
+    "3.3 -> 2.8 us at decode size, flashinfer_nvfp4's 36 -> 41% and 9.1 -> 7.4 us; dsv4_nvfp4 keeps sglang's "
+    "comparison encoder (seven rounded products a value), 41 -> 42%. What bounds dsv4_mxfp4's writer now: at "
+    "2048 elements x 2 warps a warp issues 828 instructions for 32 values a thread (26 a value, addresses and "
+    "scales included), 52 us of issue at 131072 tokens against 43 us of memory at the copy rate; measured 73 us. "
+    "Earlier stops: integer-arithmetic codes and values (gathers 22-28% faster, writers 5-22%), one fused "
+    "multiply-add per code (3-6%), no trip through shared memory around a byte's two codes (0-5%).",
     "mxfp8_kv_128x4 quantize_store with random slots (69%, a first version): random slots as for mxfp8_kv "
     "(74%; a plain scatter of MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are "
     "4-byte runs 512 bytes apart (one per 128 values), not one run, which the scatter ceiling did not model.",
@@ -55,16 +57,19 @@ MISSES = [
     "slow-path call) made vllm_fp8, vllm_fp8_per_token_head and flashinfer_nvfp4's writers 1-13% faster (vllm_fp8 from 79 "
     "to 86%), this one 0-3% at 131072 tokens and 6% at 2048 (back to back with the previous build); reading kv_c and k_pe apart costs nothing (the same spec over whole rows: "
     "68.3 / 64.5%, back to back in one device call).",
-    "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (54-66%): "
+    "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (56-69%): "
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dequantize "
     "at 2^21 rows reaches 94%). The reciprocal division made its writers 7-10% faster at 2048 rows but 3-6% "
     "slower at 131072 tokens (back to back with the previous build) and its dense quantize 93 -> 88% at 2^21 rows: with no division call to order "
     "them, ptxas keeps a whole tile's quotients live (96 registers at 32 values per thread, spills under a "
     "64-register cap); its best launch shape now takes 16 per thread.",
-    "eager host time of the generated ops, 1.5-3.5x a bare torch.add (not <= 2x): the breakdown above, from "
-    "one run: Triton's compiled launcher alone takes about one torch.add (6.5-8 us per launch), the plan "
-    "key's tensor metadata 2-6 us, each output the op allocates about 4 us (torch.empty; pass out= to "
-    "gather); the ops' own Python is 2-4 us.",
+    "eager host time of the generated ops, 1.5-6.6x a bare torch.add (not <= 2x; the breakdown's replays 1.8-4.5x; "
+    "this run's host drifted slower along its rows, for both builds alike; compat ops at or below their seeds'): "
+    "the breakdown above: Triton's compiled launcher alone takes about one torch.add (6.3-9.4 us per "
+    "launch, also given each tensor's address rather than the tensor, which spares a driver query a pointer: "
+    "0.96 of the previous build's host time, median over the ops, one run), the plan key's tensor metadata "
+    "3-8 us, each output the op allocates about 4-5 us (torch.empty; pass out= to gather); the ops' own Python "
+    "is 2-5 us.",
 ]
 
 
@@ -110,7 +115,7 @@ def breakdown_table(host: dict) -> list:
     env = host["environment"]
     add = host["torch_add_us"]
     lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']} "
-             f"([host-breakdown-h200.json](host-breakdown-h200.json), every layout's ops at the sizes above); bare "
+             f"([host-h200.json](host-h200.json), every layout's ops at the sizes above); bare "
              f"`torch.add` {add:.1f} us in this run. key: the launch plan's signature of the call's tensors; alloc: "
              "torch.empty of each output, timed alone; launch: the recorded launches (Triton's launcher); rest: "
              "the op's own Python (the total less the three).", "",
@@ -156,10 +161,10 @@ def render() -> str:
     out += ["", "## Against the seeds", "", seeds["about"], ""]
     out += seeds_table(seeds)
     out += ["", "## Host time per eager call (`kvlayout bench --host`)", "",
-            "Before: the modules before launch plans (7bee6a8); after: with them. Both runs in one device call.", "",
-            host_table(load("host-before-h200.json"), load("host-after-h200.json")), "",
+            f"Before: {load('host-h200.json')['before']}; after: this build. One run, alternating.", "",
+            host_table(load("host-h200.json")), "",
             "### Where a replayed call's host time goes (`kvlayout bench --host --breakdown`)", ""]
-    out += breakdown_table(load("host-breakdown-h200.json"))
+    out += breakdown_table(load("host-h200.json"))
     out += ["", "## Targets missed, and what bounds them", ""]
     out += [f"- {line}" for line in MISSES]
     return "\n".join(out) + "\n"
