@@ -70,7 +70,7 @@ class ElementFormat:
     @property
     def encoded_as(self) -> str:
         """What its Triton encoder returns (packed formats' codes are packed from int32 low bytes)."""
-        return "uint8" if self.packing == 1 else "int32: the code in the low byte, the bits above any"
+        return "uint8" if self.packing == 1 else "int32: the code in the low byte, the bits above any; q a product or quotient"
 
     @property
     def encode_args(self) -> tuple:

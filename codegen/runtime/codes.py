@@ -93,15 +93,17 @@ def _e2m1_magnitude_steps(q):
 
 @triton.jit
 def _e2m1_code(q):
-    """q's e2m1 code in the low byte of an int32 (the sum below keeps 0x4B400000 above it), in
-    eight instructions of sm_90's fma units and no compare or select (its integer and compare units
-    bound the fp4 writers). With t = |q|, the magnitude's code is the sum of three rounded pieces,
-    each clamped by the instruction's .sat (to [0, 1], a NaN to +0):
+    """q's e2m1 code in the low byte of an int32 (the sum below keeps 0x4B400000 above it), with no
+    compare or select (sm_90's integer and compare units, at half the fma units' rate, bound the fp4
+    writers): eight sm_90 instructions, six of them the fma units' (abs is an operand modifier),
+    then the sign bit by a high product and its shifted add. q must be computed (a product or a
+    quotient): a negative NaN loaded as it is would give code 8. With t = |q|, the magnitude's code
+    is the sum of three rounded pieces, each clamped by the instruction's .sat (to [0, 1], a NaN to +0):
         RNE(4 sat(t / 2))      = RNE(min(2t, 4))             0..4: the codes of [0, 2) by 0.5
         RNE(2 sat(t / 2 - 1))  = RNE(clamp(t - 2, 0, 2))     0..2: those of [2, 4] by 1
         RNE(sat(t / 2 - 2))    = RNE(clamp(t / 2 - 2, 0, 1)) 0..1: those of [4, 6] by 2
-    Each piece is exact before its rounding (a power-of-two scaling, a difference of numbers within
-    a factor two). The sum is accumulated on 1.5 * 2^23, where fp32's spacing is 1, so each fma
+    For a normal t each piece is exact before its rounding (a power-of-two scaling, a difference of
+    numbers within a factor two); a subnormal t rounds far below a tie, a huge one clamps. The sum is accumulated on 1.5 * 2^23, where fp32's spacing is 1, so each fma
     rounds the running integer plus the next piece to nearest even; a piece is fractional only
     where the pieces before it are at their maximum (4, then 6), even numbers, so its tie goes as
     its own RNE would. The sign bit, q >> 31 as a high product, adds 8 (a canonical NaN's is 0)."""
