@@ -13,6 +13,7 @@ seed files; see shared/seeds/README.md).
     python -m bench.host [--seeds DIR] [--package generated] [--json PATH]
     python -m bench.host --against PACKAGE --json RUN.json   # another build's modules alternately
     python -m bench.host --table RUN.json                    # its Markdown for bench/RESULTS.md
+    python -m bench.host --table BEFORE.json AFTER.json      # two runs' Markdown
 """
 from __future__ import annotations
 
@@ -232,18 +233,26 @@ def breakdown(package: str, specs: Path) -> list:
     return rows_out
 
 
-def markdown(run: dict) -> str:
-    """The table of one run's JSON (--json) with --against, as Markdown for bench/RESULTS.md: each op's
-    host time with the other package's modules (before) and this one's (after), timed alternately."""
+def markdown(run: dict, before: dict | None = None) -> str:
+    """A host-time table as Markdown for bench/RESULTS.md: one run's JSON (--json) made with --against
+    (before: the other package's timings in it, alternating with this one's), or, given `before`,
+    two runs' JSON (before: that run's timings)."""
     env = run["environment"]
+    if before is None:
+        head = (f"no sync; with each package the faster of {ROUNDS} alternating timings. Bare `torch.add`: "
+                f"{run['torch_add_us']:.1f} us.")
+        old = {(r["op"], r["size"]): r.get("against_host_us") for r in run["results"]}
+    else:
+        head = (f"no sync. Bare `torch.add`: {before['torch_add_us']:.1f} us (before run), "
+                f"{run['torch_add_us']:.1f} us (after run).")
+        old = {(r["op"], r["size"]): r["host_us"] for r in before["results"]}
     lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']}; {CALLS} eager calls "
-             f"per row, no sync; with each package the faster of {ROUNDS} alternating timings. Bare `torch.add`: "
-             f"{run['torch_add_us']:.1f} us.", "",
+             f"per row, {head}", "",
              "| op | size | before us | after us | after / torch.add | seed us |", "|---|---|---:|---:|---:|---:|"]
     for r in run["results"]:
         seed = f"{r['seed_host_us']:.1f}" if r["seed_host_us"] is not None else ""
-        was = f"{r['against_host_us']:.1f}" if r.get("against_host_us") is not None else "-"
-        lines.append(f"| {r['op']} | {r['size']} | {was} | {r['host_us']:.1f} | "
+        was = old.get((r["op"], r["size"]))
+        lines.append(f"| {r['op']} | {r['size']} | {'-' if was is None else f'{was:.1f}'} | {r['host_us']:.1f} | "
                      f"{r['host_us'] / run['torch_add_us']:.2f} | {seed} |")
     return "\n".join(lines)
 
@@ -258,13 +267,15 @@ def main(argv=None) -> int:
                    "with ours over ROUNDS rounds (the faster timing of each), side by side")
     p.add_argument("--before", metavar="TEXT", help="what the --against package is (e.g. 'the previous build, "
                    "abc1234'), kept in the JSON for the Markdown table")
-    p.add_argument("--table", type=Path, metavar="JSON",
-                   help="print the Markdown table of a run's JSON file, made with --against (no GPU needed)")
+    p.add_argument("--table", type=Path, nargs="+", metavar="JSON",
+                   help="print the Markdown table of a run's JSON file made with --against, or of two runs' "
+                   "(BEFORE AFTER) (no GPU needed)")
     p.add_argument("--breakdown", action="store_true", help="where each generated op's replayed call spends its "
                    "host time (signature, allocations, launches, the rest), after the timings")
     args = p.parse_args(argv)
     if args.table:
-        print(markdown(json.loads(args.table.read_text())))
+        runs = [json.loads(path.read_text()) for path in args.table]
+        print(markdown(runs[-1], runs[0] if len(runs) == 2 else None))
         return 0
     if not torch.cuda.is_available():
         print("kvlayout bench --host needs a CUDA GPU", file=sys.stderr)

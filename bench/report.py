@@ -2,7 +2,8 @@
 
 Inputs, all in bench/: results-h200.json (`kvlayout bench --json`), host-h200.json (`kvlayout bench
 --host --against PACKAGE --seeds DIR --breakdown --json`: the host table and where a call's time
-goes), seeds-h200.json (the seeds timed against the
+goes), host-before-h200.json and host-after-h200.json (two runs of `kvlayout bench --host --json`: the
+launch plans' before and after), seeds-h200.json (the seeds timed against the
 compat functions). What bounds each target missed is stated in MISSES below, one line each; the
 evidence behind them is in the commit messages that measured it.
 """
@@ -163,6 +164,9 @@ def render() -> str:
     out += ["", "## Host time per eager call (`kvlayout bench --host`)", "",
             f"Before: {load('host-h200.json')['before']}; after: this build. One run, alternating.", "",
             host_table(load("host-h200.json")), "",
+            "Launch plans. Before: the modules without launch plans (7bee6a8); after: with them. Both runs "
+            "in one device call.", "",
+            host_table(load("host-after-h200.json"), load("host-before-h200.json")), "",
             "### Where a replayed call's host time goes (`kvlayout bench --host --breakdown`)", ""]
     out += breakdown_table(load("host-h200.json"))
     out += ["", "## Targets missed, and what bounds them", ""]
