@@ -70,7 +70,8 @@ class ElementFormat:
     @property
     def encoded_as(self) -> str:
         """What its Triton encoder returns (packed formats' codes are packed from int32 low bytes)."""
-        return "uint8" if self.packing == 1 else "int32: the code in the low byte, the bits above any; q a product or quotient"
+        packed = "int32: the code in the low byte, the bits above any; q a product or quotient"
+        return "uint8" if self.packing == 1 else packed
 
     @property
     def encode_args(self) -> tuple:

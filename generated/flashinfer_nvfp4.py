@@ -1067,10 +1067,11 @@ def _e2m1_code(q):
         RNE(2 sat(t / 2 - 1))  = RNE(clamp(t - 2, 0, 2))     0..2: those of [2, 4] by 1
         RNE(sat(t / 2 - 2))    = RNE(clamp(t / 2 - 2, 0, 1)) 0..1: those of [4, 6] by 2
     For a normal t each piece is exact before its rounding (a power-of-two scaling, a difference of
-    numbers within a factor two); a subnormal t rounds far below a tie, a huge one clamps. The sum is accumulated on 1.5 * 2^23, where fp32's spacing is 1, so each fma
-    rounds the running integer plus the next piece to nearest even; a piece is fractional only
-    where the pieces before it are at their maximum (4, then 6), even numbers, so its tie goes as
-    its own RNE would. The sign bit, q >> 31 as a high product, adds 8 (a canonical NaN's is 0)."""
+    numbers within a factor two); a subnormal t rounds far below a tie, a huge one clamps. The sum
+    is accumulated on 1.5 * 2^23, where fp32's spacing is 1, so each fma rounds the running integer
+    plus the next piece to nearest even; a piece is fractional only where the pieces before it are
+    at their maximum (4, then 6), even numbers, so its tie goes as its own RNE would. The sign bit,
+    q >> 31 as a high product, adds 8 (a canonical NaN's is 0)."""
     return tl.inline_asm_elementwise(
         asm="""{
         .reg .f32 q, t, y1, y2, y3, s;
