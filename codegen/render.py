@@ -89,7 +89,7 @@ RUNTIME_OPTIONAL = {
                  "_dequantize_given_segment": "_dequantize_given_segment",
                  "_store_raw_segment": "store_raw", "_load_raw_segment": "load_raw"},
     "codes": {"_encode_fp8": "_encode_fp8", "_decode_fp8": "_decode_fp8", "_encode_e2m1": "_encode_e2m1",
-              "_e2m1_magnitude_steps": "_encode_e2m1", "_e2m1_code": "_encode_e2m1",
+              "_e2m1_code_steps": "_encode_e2m1", "_e2m1_code": "_encode_e2m1",
               "_decode_e2m1": "_decode_e2m1", "_encode_e2m1_products": "_encode_e2m1_products",
               "_store_codes": "_store_codes", "_load_codes": "_load_codes", "_store_ue8m0": "_store_ue8m0",
               "_store_fp32": "_store_fp32", "_store_fp32_pow2": "_store_fp32_pow2", "_ue8m0_from_bytes": "_load_ue8m0",

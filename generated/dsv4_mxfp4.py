@@ -942,24 +942,26 @@ def _encode_e2m1(q):
     or quotient (every caller scales the values first): on the GPU a NaN there is the canonical,
     positive NaN, whose code _e2m1_code makes 0 with no test."""
     if _INTERPRETED:
-        code = _e2m1_magnitude_steps(q) | ((q.to(tl.int32, bitcast=True) >> 28) & 0x8)
-        return tl.where(q == q, code, 0)
+        return _e2m1_code_steps(q)
     else:
         return _e2m1_code(q)
 
 
 @triton.jit
-def _e2m1_magnitude_steps(q):
-    """|q|'s e2m1 code (int32, 0..7; a NaN's is masked by the caller). The codes are evenly spaced
-    within [0, 2) (by 0.5), [2, 4) (by 1) and [4, 6] (by 2), so |q|'s code is RNE(|q| / spacing)
-    plus the range's offset, and the even code wins each tie (a range's first value is an even
-    code). RNE to an integer is one fused multiply-add: adding 1.5 * 2^23 leaves the integer in the
-    sum's low mantissa bits (the divisions are by powers of two, exact)."""
-    a = tl.minimum(tl.abs(q), 6.0)                                    # saturated (a NaN: masked by the caller)
+def _e2m1_code_steps(q):
+    """q's e2m1 code (int32, 0..15; a NaN of either sign gives 0) by compares and selects, the
+    interpreter's encoder. The codes are evenly spaced within [0, 2) (by 0.5), [2, 4) (by 1) and
+    [4, 6] (by 2), so |q|'s code is RNE(|q| / spacing) plus the range's offset, and the even code
+    wins each tie (a range's first value is an even code). RNE to an integer is one fused
+    multiply-add: adding 1.5 * 2^23 leaves the integer in the sum's low mantissa bits (the
+    divisions are by powers of two, exact)."""
+    a = tl.minimum(tl.abs(q), 6.0)                                    # saturated (a NaN: masked below)
     step = tl.where(a >= 4.0, 0.5, tl.where(a >= 2.0, 1.0, 2.0))      # 1 / the range's spacing
     # 1.5 * 2^23 plus the range's first code less RNE(its first value / spacing): 0, 4 - 2, 6 - 2
     magic = tl.where(a >= 4.0, 12582916.0, tl.where(a >= 2.0, 12582914.0, 12582912.0))
-    return (a * step + magic).to(tl.int32, bitcast=True) - 0x4B400000
+    code = (a * step + magic).to(tl.int32, bitcast=True) - 0x4B400000
+    code |= (q.to(tl.int32, bitcast=True) >> 28) & 0x8
+    return tl.where(q == q, code, 0)
 
 
 @triton.jit

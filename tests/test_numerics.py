@@ -323,12 +323,11 @@ def test_e2m1_encoder_is_round_to_nearest_even_with_saturation():
 @triton.jit
 def _e2m1_paths_kernel(first, scale, mismatches_ptr, BLOCK: tl.constexpr):
     """Every fp32 bit pattern from `first` on (BLOCK per program), times scale: the GPU encoder's
-    code (_e2m1_code) against the interpreter's (_e2m1_magnitude_steps, sign, NaN test)."""
+    code (_e2m1_code) against the interpreter's (_e2m1_code_steps)."""
     m = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK) + first
     q = m.to(tl.int32).to(tl.float32, bitcast=True) * scale
     fast = _E2M1_MODULE._e2m1_code(q) & 0xFF
-    steps = _E2M1_MODULE._e2m1_magnitude_steps(q) | ((q.to(tl.int32, bitcast=True) >> 28) & 0x8)
-    steps = tl.where(q == q, steps, 0)
+    steps = _E2M1_MODULE._e2m1_code_steps(q)
     tl.atomic_add(mismatches_ptr, tl.sum((fast != steps).to(tl.int32)))
 
 
