@@ -12,8 +12,7 @@ seed files; see shared/seeds/README.md).
 
     python -m bench.host [--seeds DIR] [--package generated] [--json PATH]
     python -m bench.host --against PACKAGE --json RUN.json   # another build's modules alternately
-    python -m bench.host --table RUN.json                    # its Markdown for bench/RESULTS.md
-    python -m bench.host --table BEFORE.json AFTER.json      # two runs' Markdown
+    python -m bench.host --table RUN.json                    # its Markdown table
 """
 from __future__ import annotations
 
@@ -233,27 +232,18 @@ def breakdown(package: str, specs: Path) -> list:
     return rows_out
 
 
-def markdown(run: dict, before: dict | None = None) -> str:
-    """A host-time table as Markdown for bench/RESULTS.md: one run's JSON (--json) made with --against
-    (before: the other package's timings in it, alternating with this one's), or, given `before`,
-    two runs' JSON (before: that run's timings)."""
+def markdown(run: dict) -> str:
+    """One run's JSON (--json) as a Markdown table; with --against, each op's time with the other
+    package's modules (before) beside this one's (after), timed alternately."""
     env = run["environment"]
-    if before is None:
-        head = (f"no sync; with each package the faster of {ROUNDS} alternating timings. Bare `torch.add`: "
-                f"{run['torch_add_us']:.1f} us.")
-        old = {(r["op"], r["size"]): r.get("against_host_us") for r in run["results"]}
-    else:
-        head = (f"no sync. Bare `torch.add`: {before['torch_add_us']:.1f} us (before run), "
-                f"{run['torch_add_us']:.1f} us (after run).")
-        old = {(r["op"], r["size"]): r["host_us"] for r in before["results"]}
     lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']}; {CALLS} eager calls "
-             f"per row, {head}", "",
-             "| op | size | before us | after us | after / torch.add | seed us |", "|---|---|---:|---:|---:|---:|"]
+             f"per row, no sync; before: {run.get('before') or '-'}. Bare `torch.add`: {run['torch_add_us']:.1f} us.",
+             "", "| op | size | before us | after us | after / torch.add | seed us |", "|---|---|---:|---:|---:|---:|"]
     for r in run["results"]:
-        seed = f"{r['seed_host_us']:.1f}" if r["seed_host_us"] is not None else ""
-        was = old.get((r["op"], r["size"]))
+        was = r.get("against_host_us")
+        seed = r["seed_host_us"]
         lines.append(f"| {r['op']} | {r['size']} | {'-' if was is None else f'{was:.1f}'} | {r['host_us']:.1f} | "
-                     f"{r['host_us'] / run['torch_add_us']:.2f} | {seed} |")
+                     f"{r['host_us'] / run['torch_add_us']:.2f} | {'' if seed is None else f'{seed:.1f}'} |")
     return "\n".join(lines)
 
 
@@ -266,16 +256,13 @@ def main(argv=None) -> int:
     p.add_argument("--against", metavar="PACKAGE", help="also time each op with this package's modules, alternating "
                    "with ours over ROUNDS rounds (the faster timing of each), side by side")
     p.add_argument("--before", metavar="TEXT", help="what the --against package is (e.g. 'the previous build, "
-                   "abc1234'), kept in the JSON for the Markdown table")
-    p.add_argument("--table", type=Path, nargs="+", metavar="JSON",
-                   help="print the Markdown table of a run's JSON file made with --against, or of two runs' "
-                   "(BEFORE AFTER) (no GPU needed)")
+                   "abc1234'), kept in the JSON for --table")
+    p.add_argument("--table", type=Path, metavar="JSON", help="print a run's JSON file as a Markdown table (no GPU needed)")
     p.add_argument("--breakdown", action="store_true", help="where each generated op's replayed call spends its "
                    "host time (signature, allocations, launches, the rest), after the timings")
     args = p.parse_args(argv)
     if args.table:
-        runs = [json.loads(path.read_text()) for path in args.table]
-        print(markdown(runs[-1], runs[0] if len(runs) == 2 else None))
+        print(markdown(json.loads(args.table.read_text())))
         return 0
     if not torch.cuda.is_available():
         print("kvlayout bench --host needs a CUDA GPU", file=sys.stderr)

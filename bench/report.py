@@ -1,10 +1,8 @@
 """bench/RESULTS.md from the benchmarks' JSON (no GPU needed): `python -m bench.report`.
 
 Inputs, all in bench/: results-h200.json (`kvlayout bench --json`), host-h200.json (`kvlayout bench
---host --against PACKAGE --seeds DIR --breakdown --json`: the host table and where a call's time
-goes), host-before-h200.json and host-after-h200.json (two runs of `kvlayout bench --host --json`: the
-launch plans' before and after), seeds-h200.json (the seeds timed against the
-compat functions). What bounds each target missed is stated in MISSES below, one line each; the
+--host --seeds DIR --breakdown --json`: the compat ops beside their seeds and where a generated op's
+call spends its host time), seeds-h200.json (the seeds' GPU time against the compat functions). What bounds each target missed is stated in MISSES below, one line each; the
 evidence behind them is in the commit messages that measured it.
 """
 from __future__ import annotations
@@ -13,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .host import markdown as host_table
+from .host import CALLS
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"
@@ -30,47 +28,31 @@ MISSES = [
     "reading and writing back the same 2048 random 32-slot blocks takes 36.5-40 us (`python -m bench.floors`).",
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
-    "fp4 layouts at 131072 tokens (dsv4_mxfp4 gather 71-72%, quantize_store 60 / 55%; dsv4_nvfp4 71-72% / 42%; "
-    "flashinfer_nvfp4 68-71% / 41-40%, its decode-size calls 5.3 us gather and 7.4 us quantize_store): the "
-    "per-value arithmetic bounds them, as sm_90 has no e2m1 conversion. Last tuning stop (the third; "
-    "flashinfer_nvfp4's writer: fourth): the GPU's e2m1 code is eight instructions of the fma units (three "
-    ".sat pieces summed on 1.5 * 2^23) instead of compares and selects on the integer/compare units, which run "
-    "at half their rate: dsv4_mxfp4's writer from 914 to 744 sm_90 instructions a warp, 653 to 342 of them on "
-    "those units; with a swept launch shape its quantize_store went 44 -> 60% (prefill) and 42 -> 55% (random), "
-    "3.3 -> 2.8 us at decode size, flashinfer_nvfp4's 36 -> 41% and 9.1 -> 7.4 us; dsv4_nvfp4 keeps sglang's "
-    "comparison encoder (seven rounded products a value), 41 -> 42%. What bounds dsv4_mxfp4's writer now: at "
-    "2048 elements x 2 warps a warp issues 828 instructions for 32 values a thread (26 a value, addresses and "
-    "scales included), 52 us of issue at 131072 tokens against 43 us of memory at the copy rate; measured 73 us. "
-    "Earlier stops: integer-arithmetic codes and values (gathers 22-28% faster, writers 5-22%), one fused "
-    "multiply-add per code (3-6%), no trip through shared memory around a byte's two codes (0-5%).",
-    "mxfp8_kv_128x4 quantize_store with random slots (69%, a first version): random slots as for mxfp8_kv "
-    "(74%; a plain scatter of MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are "
-    "4-byte runs 512 bytes apart (one per 128 values), not one run, which the scatter ceiling did not model.",
-    "vllm_fp8_per_token_head quantize_store (71 / 69% at 131072 tokens, 5.4 us for 2048, a second version): its "
-    "132-byte records (head_size + 4) start on 4-byte boundaries, so no store is wider than 4 bytes and a record "
-    "shares its first and last 32-byte sectors with its neighbours; a bare kernel writing such rows contiguously, "
-    "no quantization, reaches 70-78% (tools/record_stride_ceiling.py; 128-byte rows: 100%). One (plane, head)'s "
-    "tokens per program gave 44-48% (neighbouring records written at different times); head_rows (a token's "
-    "heads and planes in one program) 63%, and 71% with the reciprocal division (see vllm_ds_mla) at 16 values per thread.",
-    "vllm_ds_mla quantize_store (68 / 66% at 131072 tokens, a second version): vLLM's rule divides each value by "
-    "its scale where ds32_mla multiplies by a power of two (77 / 70%), with random slots as for DSv4; replacing "
-    "div.rn per value by a reciprocal per group and Markstein's correction (two fmas; fewer instructions, no "
-    "slow-path call) made vllm_fp8, vllm_fp8_per_token_head and flashinfer_nvfp4's writers 1-13% faster (vllm_fp8 from 79 "
-    "to 86%), this one 0-3% at 131072 tokens and 6% at 2048 (back to back with the previous build); reading kv_c and k_pe apart costs nothing (the same spec over whole rows: "
-    "68.3 / 64.5%, back to back in one device call).",
+    "fp4 layouts at 131072 tokens (gathers 68-72%; quantize_store dsv4_mxfp4 60 / 55%, dsv4_nvfp4 42%, "
+    "flashinfer_nvfp4 41 / 40%, its decode-size calls 5.3 us gather and 7.4 us quantize_store): per-value "
+    "arithmetic, as sm_90 has no e2m1 conversion. dsv4_mxfp4's writer issues 828 sm_90 instructions a warp for "
+    "32 values a thread (26 a value, addresses and scales included): 52 us of issue at 131072 tokens against 43 us "
+    "of memory at the copy rate, 73 us measured; flashinfer_nvfp4's adds a corrected quotient a value, "
+    "dsv4_nvfp4's seven rounded-product compares (sglang's rule). Tuning stops spent.",
+    "mxfp8_kv_128x4 quantize_store with random slots (68%): random slots as for mxfp8_kv (a plain scatter of "
+    "MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are 4-byte runs 512 bytes apart "
+    "(one per 128 values), not one run, which the scatter ceiling did not model.",
+    "vllm_fp8_per_token_head quantize_store (71 / 70% at 131072 tokens, 5.4 us for 2048): its 132-byte records "
+    "(head_size + 4) start on 4-byte boundaries, so no store is wider than 4 bytes and a record shares its first "
+    "and last 32-byte sectors with its neighbours; a bare kernel writing such rows contiguously, no quantization, "
+    "reaches 70-78% (tools/record_stride_ceiling.py; 128-byte rows: 100%).",
+    "vllm_ds_mla quantize_store (68 / 66% at 131072 tokens): vLLM's rule divides each value by its scale (a "
+    "reciprocal per group and a corrected product per value) where ds32_mla multiplies by a power of two "
+    "(77 / 70%), with random slots as for DSv4; reading kv_c and k_pe apart costs nothing (the same spec over "
+    "whole rows measured alike).",
     "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (56-69%): "
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dequantize "
-    "at 2^21 rows reaches 94%). The reciprocal division made its writers 7-10% faster at 2048 rows but 3-6% "
-    "slower at 131072 tokens (back to back with the previous build) and its dense quantize 93 -> 88% at 2^21 rows: with no division call to order "
-    "them, ptxas keeps a whole tile's quotients live (96 registers at 32 values per thread, spills under a "
-    "64-register cap); its best launch shape now takes 16 per thread.",
-    "eager host time of the generated ops, 1.5-6.6x a bare torch.add (not <= 2x; the breakdown's replays 1.8-4.5x; "
-    "this run's host drifted slower along its rows, for both builds alike; compat ops at or below their seeds'): "
-    "the breakdown above: Triton's compiled launcher alone takes about one torch.add (6.3-9.4 us per "
-    "launch, also given each tensor's address rather than the tensor, which spares a driver query a pointer: "
-    "0.96 of the previous build's host time, median over the ops, one run), the plan key's tensor metadata "
-    "3-8 us, each output the op allocates about 4-5 us (torch.empty; pass out= to gather); the ops' own Python "
-    "is 2-5 us.",
+    "at 2^21 rows reaches 94%); its dense quantize (88%) keeps a tile's quotients live (96 registers at 32 "
+    "values per thread), so it takes 16 per thread.",
+    "eager host time of the generated ops, 1.8-4.5x a bare torch.add (not <= 2x; compat ops below their seeds): "
+    "Triton's compiled launcher alone takes about one torch.add (6.3-9.4 us a launch), the plan key's tensor "
+    "metadata 3-8 us, each output the op allocates 4-5 us (torch.empty; pass out= to gather), the op's own "
+    "Python 2-5 us.",
 ]
 
 
@@ -110,14 +92,26 @@ def seeds_table(seeds: dict) -> list:
     return lines
 
 
+def compat_table(host: dict) -> list:
+    """The compat ops' host time per eager call beside their seeds' (`bench --host --seeds`)."""
+    env, add = host["environment"], host["torch_add_us"]
+    lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']} "
+             f"([host-h200.json](host-h200.json)); {CALLS} eager calls per op, no sync; bare `torch.add` "
+             f"{add:.1f} us in this run.", "",
+             "| compat op | size | seed us | kvlayout us | / torch.add |", "|---|---|---:|---:|---:|"]
+    for r in host["results"]:
+        if r["seed_host_us"] is not None:
+            lines.append(f"| {r['op'].removeprefix('compat ')} | {r['size']} | {r['seed_host_us']:.1f} | "
+                         f"{r['host_us']:.1f} | {r['host_us'] / add:.2f} |")
+    return lines
+
+
 def breakdown_table(host: dict) -> list:
     """Where the generated ops' replayed eager calls spend their host time (`bench --host --breakdown`),
     one row per op kind: the range over the layouts that have it."""
-    env = host["environment"]
     add = host["torch_add_us"]
-    lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']} "
-             f"([host-h200.json](host-h200.json), every layout's ops at the sizes above); bare "
-             f"`torch.add` {add:.1f} us in this run. key: the launch plan's signature of the call's tensors; alloc: "
+    lines = ["Where a generated op's replayed decode-size call spends its host time (`--breakdown`, the same run), "
+             "per op kind over the layouts. key: the launch plan's signature of the call's tensors; alloc: "
              "torch.empty of each output, timed alone; launch: the recorded launches (Triton's launcher); rest: "
              "the op's own Python (the total less the three).", "",
              "| op | layouts | total us | / torch.add | key us | outputs | alloc us | launches | launch us | rest us |",
@@ -161,14 +155,10 @@ def render() -> str:
     out += results_table(bench)
     out += ["", "## Against the seeds", "", seeds["about"], ""]
     out += seeds_table(seeds)
-    out += ["", "## Host time per eager call (`kvlayout bench --host`)", "",
-            f"Before: {load('host-h200.json')['before']}; after: this build. One run, alternating.", "",
-            host_table(load("host-h200.json")), "",
-            "Launch plans. Before: the modules without launch plans (7bee6a8); after: with them. Both runs "
-            "in one device call.", "",
-            host_table(load("host-after-h200.json"), load("host-before-h200.json")), "",
-            "### Where a replayed call's host time goes (`kvlayout bench --host --breakdown`)", ""]
-    out += breakdown_table(load("host-h200.json"))
+    host = load("host-h200.json")
+    out += ["", "## Host time per eager call (`kvlayout bench --host`)", ""]
+    out += compat_table(host)
+    out += [""] + breakdown_table(host)
     out += ["", "## Targets missed, and what bounds them", ""]
     out += [f"- {line}" for line in MISSES]
     return "\n".join(out) + "\n"
