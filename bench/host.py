@@ -184,10 +184,10 @@ def layout_cases(package: str, done: set, specs: Path) -> list:
 
 
 def breakdown(package: str, specs: Path) -> list:
-    """Where a replayed call's host time goes, per generated op: the call-signature key, the output
-    allocations (torch.empty of the plan's outputs, timed alone), the recorded launches
-    (Plan.run, the launcher included) and the rest (the op's own Python). _signature and Plan.run
-    are timed by wrapping them, which adds its own small cost to the total."""
+    """Where a replayed call's host time goes, per generated op: finding the call's plan (_find: the
+    last plan's guard, else the call's signature), the output allocations (the plan's, timed alone),
+    the recorded launches (Plan.run, the launcher included) and the rest (the op's own Python).
+    _find and Plan.run are timed by wrapping them, which adds its own small cost to the total."""
     rows_out = []
     for name, size, fn, _ in cases(package, None, specs):
         layout, _, op = name.partition(".")
@@ -199,7 +199,7 @@ def breakdown(package: str, specs: Path) -> list:
         if plan is None:
             rows_out.append({"op": name, "size": size, "replayed": False})
             continue
-        spent = {"signature": 0.0, "launch": 0.0}
+        spent = {"find": 0.0, "launch": 0.0}
 
         def timed(f, what):
             def wrapper(*args, **kwargs):
@@ -209,26 +209,25 @@ def breakdown(package: str, specs: Path) -> list:
                 finally:
                     spent[what] += time.perf_counter() - start
             return wrapper
-        signature, run = m._signature, m._Plan.run
-        m._signature, m._Plan.run = timed(signature, "signature"), timed(run, "launch")
+        find, run = m._find, m._Plan.run
+        m._find, m._Plan.run = timed(find, "find"), timed(run, "launch")
         try:
             for _ in range(WARMUP):
                 fn()
             torch.cuda.synchronize()
-            spent.update(signature=0.0, launch=0.0)
+            spent.update(find=0.0, launch=0.0)
             start = time.perf_counter()
             for _ in range(CALLS):
                 fn()
             total = (time.perf_counter() - start) / CALLS * 1e6
             torch.cuda.synchronize()
         finally:
-            m._signature, m._Plan.run = signature, run
-        outputs = plan.outputs
-        alloc = host_us(lambda: [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in outputs])
-        sig, launch = spent["signature"] / CALLS * 1e6, spent["launch"] / CALLS * 1e6
-        rows_out.append({"op": name, "size": size, "replayed": True, "total_us": total, "signature_us": sig,
-                         "outputs": len(outputs), "alloc_us": alloc, "launches": len(plan.launches), "launch_us": launch,
-                         "rest_us": total - sig - launch - alloc})
+            m._find, m._Plan.run = find, run
+        alloc = host_us(lambda: plan.allocate([]))
+        found, launch = spent["find"] / CALLS * 1e6, spent["launch"] / CALLS * 1e6
+        rows_out.append({"op": name, "size": size, "replayed": True, "total_us": total, "find_us": found,
+                         "outputs": len(plan.outputs), "alloc_us": alloc, "launches": len(plan.launches),
+                         "launch_us": launch, "rest_us": total - found - launch - alloc})
     return rows_out
 
 
@@ -259,7 +258,7 @@ def main(argv=None) -> int:
                    "abc1234'), kept in the JSON for --table")
     p.add_argument("--table", type=Path, metavar="JSON", help="print a run's JSON file as a Markdown table (no GPU needed)")
     p.add_argument("--breakdown", action="store_true", help="where each generated op's replayed call spends its "
-                   "host time (signature, allocations, launches, the rest), after the timings")
+                   "host time (finding its plan, allocations, launches, the rest), after the timings")
     args = p.parse_args(argv)
     if args.table:
         print(markdown(json.loads(args.table.read_text())))
@@ -291,12 +290,12 @@ def main(argv=None) -> int:
         print(f"{r['op']:<42} {r['size']:<12} {r['host_us']:7.1f} {seed} {r['host_us'] / add_us:6.2f}{against}")
     parts = breakdown(args.package, args.specs) if args.breakdown else None
     if parts:
-        print(f"\n{'replayed call':<42} {'total':>6} {'key':>6} {'alloc':>9} {'launch':>9} {'rest':>6}  (us)")
+        print(f"\n{'replayed call':<42} {'total':>6} {'find':>6} {'alloc':>9} {'launch':>9} {'rest':>6}  (us)")
         for r in parts:
             if not r["replayed"]:
                 print(f"{r['op']:<42} (no launch plan: every call takes the checked path)")
                 continue
-            print(f"{r['op']:<42} {r['total_us']:6.1f} {r['signature_us']:6.1f} {r['alloc_us']:6.1f} x{r['outputs']} "
+            print(f"{r['op']:<42} {r['total_us']:6.1f} {r['find_us']:6.1f} {r['alloc_us']:6.1f} x{r['outputs']} "
                   f"{r['launch_us']:6.1f} x{r['launches']} {r['rest_us']:6.1f}")
     if args.json:
         from .run import environment

@@ -81,8 +81,6 @@ _STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES + _GIVEN_SCALES
 _STORE_WRITTEN = tuple(range(1 + len(PLANES), 1 + len(PLANES) + len(_CACHE_NAMES)))
 _GATHER_NAMES = ("token_ids",) + _CACHE_NAMES + _GIVEN_SCALES + (("out",) if len(PLANES) == 1 else tuple(f"out ({p})" for p in PLANES))
 _GATHER_WRITTEN = tuple(range(1 + len(Cache._fields) + len(_GIVEN_SCALES), len(_GATHER_NAMES)))
-# Per op, the launch plan of every call signature seen (see _Plan).
-_PLANS = {op: {} for op in OPS}
 
 
 # --- geometry: every number a kernel needs, from the spec's model -------------------------------
@@ -373,12 +371,17 @@ def _signature(tensors: tuple, scalars: tuple):
         parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
         parts.append(scalars)
         parts.append(tuple(map(type, scalars)))
-        parts.append(torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1)
+        parts.append(_current_device())
         key = tuple(parts)
         hash(key)                    # an unhashable scalar (a list for page_size) takes the checked path
     except (AttributeError, TypeError, RuntimeError):
         return None, None
     return key, pointers
+
+
+def _current_device() -> int:
+    """The current CUDA device's index (-1 before CUDA is initialized: no plan's launches ran there)."""
+    return torch._C._cuda_getDevice() if torch.cuda.is_initialized() else -1
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -453,11 +456,82 @@ def _check_apart(names: tuple, tensors: tuple, written: tuple) -> None:
     _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors)
 
 
-class _Plan:
-    """One call signature's launches: (compiled kernel, grid, arguments, slots) each, the slots
-    naming which argument positions take which of the call's tensors."""
+try:      # torch's C++ check of tensors' dtype, device, shape, strides and autograd state (torch.compile's guards)
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:       # a torch without it: replays find their plan by the call's signature alone
+    _TensorGuards = None
 
-    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint")
+
+@functools.cache
+def _guards_sound() -> bool:
+    """Whether torch's TensorGuards tells apart what a plan's signature does, on probe tensors: a
+    dtype, a shape, strides (it is a private API: a torch where it differs finds plans by the
+    signature alone)."""
+    if _TensorGuards is None:
+        return False
+    try:
+        t = torch.zeros(2, 3)
+        guard = _TensorGuards(t, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
+        others = (t.double(), torch.zeros(3, 2), t.t().contiguous().t(), torch.zeros(2, 4)[:, :3])
+        return guard.check(t) is True and not any(guard.check(u) for u in others)
+    except Exception:         # any failure of the probe: no guards
+        return False
+
+
+def _guard(tensors: tuple, key: tuple):
+    """The guard of a plan recorded for `tensors` (signature `key`); None where torch has no sound
+    one, or where a pointer was not 16-byte aligned (a replay's alignment test is that every pointer
+    is: other plans are found by their signature, which holds each pointer's low bits)."""
+    if any(part[4] for part in key[:len(tensors)]) or not _guards_sound():
+        return None
+    try:
+        return _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                             dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except Exception:         # a tensor the guards do not handle: found by its signature
+        return None
+
+
+class _Plans(dict):
+    """One op's launch plans by call signature, and the last one found or recorded (tried first)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self):
+        super().__init__()
+        self.last = None
+
+    def clear(self) -> None:
+        super().clear()
+        self.last = None
+
+
+def _find(plans: _Plans, tensors: tuple | None, scalars: tuple) -> tuple:
+    """(plan, key, pointers) of a call: the plan recorded for its signature, or None (then key and
+    pointers serve to record one; key None: an argument is not a tensor, see _signature). The last
+    plan is tried first: when the scalars (and their types) are its own, the tensors pass its guard,
+    the current device is its own and every pointer is 16-byte aligned, the call has its signature,
+    which is then not computed (key None)."""
+    last = plans.last         # (a plan exists only where CUDA is initialized: its device can be asked)
+    if (last is not None and last.guard is not None and tensors is not None and len(tensors) == last.arity
+            and tuple(map(type, scalars)) == last.scalar_types and scalars == last.scalars
+            and last.guard.check(*tensors) and torch._C._cuda_getDevice() == last.device):
+        pointers = [t.data_ptr() for t in tensors]
+        if not functools.reduce(operator.or_, pointers) & 15:
+            return last, None, pointers
+    key, pointers = _signature(tensors, scalars)
+    plan = plans.get(key)
+    if plan is not None:
+        plans.last = plan
+    return plan, key, pointers
+
+
+class _Plan:
+    """One call signature's launches: (compiled kernel, launcher, grid, function, arguments, slots,
+    leading arguments) each, the slots naming which argument positions take which of the call's
+    tensors' addresses."""
+
+    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint", "device", "guard", "scalars",
+                 "scalar_types", "arity")
     # Triton's launch hooks (profilers add theirs); with none added a launch passes None for them.
     hooks = triton.knobs.runtime
 
@@ -465,8 +539,10 @@ class _Plan:
         self.launches = []
         self.extents = extents        # bytes each of the call's tensors spans (for the aliasing check)
         self.recordable = True
-        self.outputs = ()             # (shape, dtype) of each output the op allocates itself
+        self.outputs = ()             # (shape, strides, dtype, device) of each output the op allocates itself
         self.disjoint = None          # the last pointers found free of aliasing (the verdict is theirs alone)
+        self.guard = None             # set by _remember, with the signature's scalars and device
+        self.scalars = self.scalar_types = self.device = self.arity = None
 
     def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple) -> None:
         """_check_disjoint for a replay: skipped when the pointers are the ones last found apart (the
@@ -475,13 +551,28 @@ class _Plan:
             _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
 
+    def own(self, outs: tuple) -> None:
+        """Keep the outputs the recorded call allocated itself, to allocate alike on replays."""
+        self.outputs = tuple((o.shape, o.stride(), o.dtype, o.device) for o in outs)
+
+    def allocate(self, pointers: list) -> tuple:
+        """A replay's own outputs, as the recorded call allocated them; their addresses are appended
+        to `pointers` (after the call's tensors', as their slots are)."""
+        outs = []
+        for shape, strides, dtype, device in self.outputs:
+            out = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+            pointers.append(out.data_ptr())
+            outs.append(out)
+        return tuple(outs)
+
     def record(self, compiled, grid: tuple, kernel, args: tuple, constexprs: dict, tensors: tuple) -> None:
         """Add a launch: its arguments in the kernel's parameter order, the call's tensors replaced
         by slots (matched in order by identity, or by pointer and dtype for views of them)."""
         if compiled is None or not hasattr(compiled, "packed_metadata"):
             self.recordable = False
             return
-        values, slots, used = [], [], set()
+        call, lead = _launcher(compiled)
+        values, slots, used = list(lead), [], set()
         for position, name in enumerate(kernel.arg_names):
             value = args[position] if position < len(args) else constexprs.get(name, _MISSING)
             if value is _MISSING:
@@ -493,56 +584,57 @@ class _Plan:
                     self.recordable = False
                     return
                 used.add(match)
-                slots.append((position, match))
+                slots.append((len(values), match))
                 value = None                  # the plan keeps no tensor alive
             values.append(value)
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.launches.append((compiled, _direct_launcher(compiled), grid, values, tuple(slots)))
+        self.launches.append((compiled, call, grid, compiled.function, values, tuple(slots), len(lead)))
 
-    def run(self, tensors: tuple) -> None:
-        """Launch every recorded kernel with this call's tensors, on the current stream, as Triton's
-        JIT launches a compiled kernel (the launch hooks only when some are set). The launcher takes
-        each tensor as its data_ptr(): given an object it would call data_ptr() itself and ask the
-        driver whether the address is device memory (cuPointerGetAttribute, per tensor, per call),
-        which the plan's signature already settled (every tensor on this CUDA device). Hooks get
-        the tensors themselves."""
-        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+    def run(self, pointers: list, tensors: tuple) -> None:
+        """Launch every recorded kernel on the current stream with this call's tensors' addresses, as
+        Triton's JIT launches a compiled kernel. Given a tensor, Triton's launcher would call its
+        data_ptr() and ask the driver whether the address is device memory (per tensor, per call),
+        which the plan's signature settled (every tensor on this CUDA device). Launch hooks (only
+        when some are set) get the tensors themselves, as from Triton's JIT."""
+        stream = torch._C._cuda_getCurrentRawStream(self.device)
         enter, leave = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook
-        hooked = getattr(enter, "calls", enter) or getattr(leave, "calls", leave)
-        for compiled, direct, grid, values, slots in self.launches:
+        if getattr(enter, "calls", enter) or getattr(leave, "calls", leave):
+            self._run_hooked(tensors, stream, enter, leave)
+            return
+        for _, call, grid, function, values, slots, _ in self.launches:
             args = values.copy()
             for position, index in slots:
-                args[position] = tensors[index] if hooked else tensors[index].data_ptr()
-            if hooked:
-                compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
-                             compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
-            elif direct is not None:
-                direct(*grid, stream, compiled.function, *args)
-            else:
-                compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+                args[position] = pointers[index]
+            call(*grid, stream, function, *args)
+
+    def _run_hooked(self, tensors: tuple, stream, enter, leave) -> None:
+        for compiled, _, grid, function, values, slots, lead in self.launches:
+            args = values.copy()
+            for position, index in slots:
+                args[position] = tensors[index]
+            args = args[lead:]
+            compiled.run(*grid, stream, function, compiled.packed_metadata,
+                         compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
 
 
 _MISSING = object()
 
 
-def _direct_launcher(compiled):
-    """The C launch function of a compiled kernel, bound to its fixed leading arguments, where the
-    launcher is Triton 3.6's CudaLauncher (whose __call__ only adds scratch buffers, none here, in
-    front of `launch`); None elsewhere (then replays call the launcher as Triton's JIT does)."""
+def _launcher(compiled) -> tuple:
+    """(launch function, leading arguments) that a replay calls with (grid x, y, z, stream,
+    function, *leading arguments, *kernel arguments): Triton 3.6's CudaLauncher's C `launch` with
+    the launcher's fixed arguments (its __call__ only adds scratch buffers, none here, in front of
+    it); elsewhere the launcher itself, as Triton's JIT calls it with no hooks."""
     launcher = compiled.run
     try:
         params = list(inspect.signature(type(launcher).__call__).parameters)
     except (TypeError, ValueError):
-        return None
-    if (params != ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"] or not hasattr(launcher, "launch")
-            or launcher.global_scratch_size or launcher.profile_scratch_size):
-        return None
-    launch, packed = launcher.launch, compiled.packed_metadata
-    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
-
-    def direct(grid_x, grid_y, grid_z, stream, function, *args):
-        launch(grid_x, grid_y, grid_z, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
-    return direct
+        params = None
+    if (params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"] and hasattr(launcher, "launch")
+            and not launcher.global_scratch_size and not launcher.profile_scratch_size):
+        return launcher.launch, (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                                 compiled.packed_metadata, None, None, None)
+    return launcher, (compiled.packed_metadata, None, None, None)
 
 
 def _match(value: torch.Tensor, tensors: tuple, used: set):
@@ -576,17 +668,24 @@ def _plan_for(kernel, tensors: tuple, device) -> _Plan | None:
     return _Plan(tuple(_extent(t) for t in tensors))
 
 
-def _remember(plans: dict, key, plan) -> None:
-    """Keep a recorded plan under its call signature (at most _MAX_PLANS per op: a new one past
-    that starts the op's plans afresh, so a stream of ever-new shapes cannot grow them)."""
+def _remember(plans: _Plans, key, plan, tensors: tuple) -> None:
+    """Keep a recorded plan under its call signature, with the guard of the call's `tensors` (the
+    ones the signature was computed from), as the op's last plan. At most _MAX_PLANS per op: a new
+    one past that starts the op's plans afresh, so a stream of ever-new shapes cannot grow them."""
     if key is None or plan is None or not plan.recordable:
         return
     if len(plans) >= _MAX_PLANS:
         plans.clear()
-    plans[key] = plan
+    plan.scalars, plan.scalar_types, plan.device = key[-3:]
+    plan.arity, plan.guard = len(tensors), _guard(tensors, key)
+    plans[key] = plans.last = plan
 
 
 _MAX_PLANS = 256
+
+
+# Per op, the launch plan of every call signature seen (see _Plan).
+_PLANS = {op: _Plans() for op in OPS}
 
 
 @functools.lru_cache(maxsize=256)
@@ -1214,23 +1313,22 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_glob
     """
     given = () if out is None else (out,) if len(PLANES) == 1 else tuple(out) if isinstance(out, (tuple, list)) else None
     tensors = (token_ids, *cache, k_global, *given) if isinstance(cache, tuple) and given is not None else None
-    key, pointers = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH))
-    plan = _PLANS["gather_dequant"].get(key)
+    plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH))
     if plan is not None:      # this call signature passed every check before: replay its launch
         if given:
             plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
             outs = given
         else:
-            outs = tuple(torch.empty(shape, dtype=dtype, device=token_ids.device) for shape, dtype in plan.outputs)
-            tensors = tensors + outs
-        plan.run(tensors)
+            outs = plan.allocate(pointers)
+            tensors += outs
+        plan.run(pointers, tensors)
         return outs[0] if len(PLANES) == 1 else outs
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, (k_global,))
     n_tokens = token_ids.shape[0]
     plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, k_global, *outs), token_ids.device)
     if plan is not None and out is None:
-        plan.outputs = tuple((o.shape, o.dtype) for o in outs)
+        plan.own(outs)
     if n_tokens:
         lanes = len(PLANES) * geo["HEADS"]
         launch = _launch_shape("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, lanes, token_ids.device))
@@ -1240,7 +1338,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_glob
         constexprs = dict(LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **_chain("gather_dequant", token_ids.device, pdl),
                           **launch, **geo, **_given_steps((k_global,)))
         _launch(_gather_dequant_kernel, grid, args, constexprs, plan, (token_ids, *cache, k_global, *outs))
-    _remember(_PLANS["gather_dequant"], key, plan)
+    _remember(_PLANS["gather_dequant"], key, plan, tensors)
     return outs[0] if len(PLANES) == 1 else outs
 
 
@@ -1318,11 +1416,10 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
         None: the spec's `dependent_launch` knob.
     """
     tensors = (loc, k, *cache, k_global) if isinstance(cache, tuple) else None
-    key, pointers = _signature(tensors, (page_size, pdl, DEPENDENT_LAUNCH))
-    plan = _PLANS["quantize_store"].get(key)
+    plan, key, pointers = _find(_PLANS["quantize_store"], tensors, (page_size, pdl, DEPENDENT_LAUNCH))
     if plan is not None:      # this call signature passed every check before: replay its launches
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
-        plan.run(tensors)
+        plan.run(pointers, tensors)
         return
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store((k,), loc, cache, page_size, (k_global,))
@@ -1334,7 +1431,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache, k_global)
         constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo, **_given_steps((k_global,)))
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
-    _remember(_PLANS["quantize_store"], key, plan)
+    _remember(_PLANS["quantize_store"], key, plan, tensors)
 
 # --- page reset: every layout ---------------------------------------------------------------------
 @triton.jit

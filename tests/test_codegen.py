@@ -74,9 +74,10 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
             assert f"\n{line}\n" in module, line
 
 
-def test_plans_record_and_replay_with_a_stand_in_kernel():
+def test_plans_record_and_replay_with_a_stand_in_kernel(monkeypatch):
     """A plan recorded from a stand-in compiled kernel (Triton 3.6's launcher shape) replays with the
-    call's tensors in their slots, the constexprs in place, and no tensor kept (CPU: no launch)."""
+    call's tensors' addresses in their slots, the constexprs in place, and no tensor kept; with a
+    launch hook set, the hook's path gets the tensors (CPU: no launch)."""
     import torch
     from tests.harness import module
     m = module("mxfp8_kv")
@@ -87,7 +88,7 @@ def test_plans_record_and_replay_with_a_stand_in_kernel():
         launch_cooperative_grid, launch_pdl = False, True
 
         def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-            raise AssertionError("replays call launch directly")
+            launched.append(("hooked", gridX, gridY, gridZ, stream, function, *args))
 
         def launch(self, *args):
             launched.append(args)
@@ -96,19 +97,62 @@ def test_plans_record_and_replay_with_a_stand_in_kernel():
         packed_metadata, function = "metadata", "function"
         run = Launcher()
 
+        def launch_metadata(self, grid, stream, *args):
+            return "meta"
+
     class Kernel:
         arg_names = ["x_ptr", "n", "y_ptr", "BLOCK"]
 
     x, y = torch.zeros(4), torch.zeros(4)
     plan = m._Plan((16, 16))
     plan.record(Compiled(), (3,), Kernel(), (x.view(2, 2), 4, y), {"BLOCK": 8, "num_warps": 4}, (x, y))
-    assert plan.recordable and plan.launches[0][3] == [None, 4, None, 8]
+    lead = (False, True, None, None, "metadata", None, None, None)
+    assert plan.recordable and plan.launches[0][4] == [*lead, None, 4, None, 8]
+    plan.device = -1
+
+    class Hooks:
+        launch_enter_hook = launch_exit_hook = None
+    monkeypatch.setattr(m._Plan, "hooks", Hooks())
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: "stream", raising=False)
     a, b = torch.ones(4), torch.ones(4)
-    launch = plan.launches[0]
-    launch[1](*launch[2], "stream", "function", *[a, 4, b, 8])
-    assert launched == [(3, 1, 1, "stream", "function", False, True, None, None, "metadata", None, None, None, a, 4, b, 8)]
+    plan.run([111, 222], (a, b))
+    Hooks.launch_enter_hook = print
+    plan.run([111, 222], (a, b))
+    assert launched[0] == (3, 1, 1, "stream", "function", *lead, 111, 4, 222, 8)
+    assert launched[1] == ("hooked", 3, 1, 1, "stream", "function", "metadata", "meta", print, None, a, 4, b, 8)
     plan.record(Compiled(), (3,), Kernel(), (torch.zeros(4), 4, y), {"BLOCK": 8}, (x, y))
     assert not plan.recordable                     # an argument that is none of the call's tensors
+
+
+def test_last_plan_is_found_by_its_guard_and_others_by_signature(monkeypatch):
+    """_find tries the op's last plan by its guard (no signature computed) and finds others by their
+    signature; a call differing in anything the signature holds gets no plan (CPU: a stand-in plan)."""
+    import torch
+    from tests.harness import module
+    m = module("mxfp8_kv")
+    monkeypatch.setattr(m, "_current_device", lambda: -1)          # the current device, as CPU-only torch has it
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
+    assert m._guards_sound()                         # this torch's TensorGuards tells the probes apart
+    x, loc = torch.zeros(8, 2, 16), torch.zeros(8, dtype=torch.int64)
+    plans, scalars = m._Plans(), (64, None, True)
+    key, pointers = m._signature((x, loc), scalars)
+    plan = m._Plan((0, 0))
+    m._remember(plans, key, plan, (x, loc))
+    assert plans.last is plan and plan.guard is not None and plan.device == -1
+    x2, loc2 = torch.randn(8, 2, 16), torch.ones(8, dtype=torch.int64)
+    assert m._find(plans, (x2, loc2), scalars) == (plan, None, [x2.data_ptr(), loc2.data_ptr()])
+    other = m._Plan((0, 0))
+    m._remember(plans, m._signature((x2[:4], loc2[:4]), scalars)[0], other, (x2[:4], loc2[:4]))
+    assert plans.last is other
+    found, key, _ = m._find(plans, (x2, loc2), scalars)                # by its signature: now the last again
+    assert found is plan and key is not None and plans.last is plan
+    misaligned = torch.zeros(8 * 2 * 16 + 1)[1:].view(8, 2, 16)       # 4 bytes past a 16-byte boundary
+    for call, s in (((x2.double(), loc2), scalars), ((x2.transpose(0, 1).contiguous().transpose(0, 1), loc2), scalars),
+                    ((x2, loc2.int()), scalars), ((misaligned, loc2), scalars), ((x2, loc2), (64.0, None, True)),
+                    ((x2, loc2), (64, True, True)), ((x2, loc2), (64, 1, True)), ((x2, 3), scalars), (None, scalars)):
+        assert m._find(plans, call, s)[0] is None, (call, s)
+    plans.clear()
+    assert plans.last is None and not plans
 
 
 def _unused_helpers(text: str) -> list:
