@@ -474,16 +474,22 @@ def _guards_sound() -> bool:
 
 
 def _guard(tensors: tuple, key: tuple):
-    """The guard of a plan recorded for `tensors` (signature `key`); None where torch has no sound
-    one, or where a pointer was not 16-byte aligned (a replay's alignment test is that every pointer
-    is: other plans are found by their signature, which holds each pointer's low bits)."""
-    if any(part[4] for part in key[:len(tensors)]) or not _guards_sound():
+    """The guard of a plan recorded for `tensors` (signature `key`); None (the plan is then found by
+    its signature alone) where torch has no sound one, where a pointer was not 16-byte aligned (a
+    replay's alignment test is that every pointer is; the signature holds each one's low bits), where
+    one tensor is passed twice (TensorGuards fails tensors that repeat) or where a scalar is not of a
+    plain type (the fast path compares scalars by value: a tensor for `pdl` would sync)."""
+    if (any(part[4] for part in key[:len(tensors)]) or len(set(map(id, tensors))) < len(tensors)
+            or not all(type(s) in _PLAIN_SCALARS for s in key[-3]) or not _guards_sound()):
         return None
     try:
         return _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
     except Exception:         # a tensor the guards do not handle: found by its signature
         return None
+
+
+_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype)
 
 
 class _Plans(dict):
@@ -1336,7 +1342,8 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
-    given = () if out is None else (out,) if len(PLANES) == 1 else tuple(out) if isinstance(out, (tuple, list)) else None
+    given = (() if out is None else (out,) if len(PLANES) == 1 else
+             tuple(out) if isinstance(out, (tuple, list)) and len(out) == len(PLANES) else None)   # None: the checked path names it
     tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
     plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH))
     if plan is not None:      # this call signature passed every check before: replay its launch

@@ -296,6 +296,18 @@ def test_interleaved_outputs_of_one_workspace_are_not_aliasing():
     assert not m._strided_overlap(ws[:, 0], ws[:, 1]) and m._strided_overlap(ws[:, 0], ws.view(-1)[1:].as_strided((8, 2, 64), (256, 64, 1)))
 
 
+def test_a_wrong_out_is_refused_after_calls_that_replay():
+    """out=() or a tuple of the wrong length, after calls without out (on the GPU: a recorded and a
+    replayed plan), still takes the checked path and raises, rather than replaying with fresh outputs."""
+    m, cache, x, loc = kv_setup()
+    m.quantize_store(x, x, loc, cache, 32)
+    for _ in range(2):
+        m.gather_dequant(cache, loc, 32)
+    k = torch.empty(8, 2, 64, dtype=torch.bfloat16, device=DEVICE)
+    for out in ((), [k], (k, k, k)):
+        raises(r"^out: expected a tuple of 2 tensors", m.gather_dequant, cache, loc, 32, out=out)
+
+
 def test_odd_scalars_and_caches_raise_value_errors():
     d = module("dsv4_k")
     ids = torch.arange(4, device=DEVICE)

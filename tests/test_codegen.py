@@ -75,84 +75,119 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
 
 
 def test_plans_record_and_replay_with_a_stand_in_kernel(monkeypatch):
-    """A plan recorded from a stand-in compiled kernel (Triton 3.6's launcher shape) replays with the
-    call's tensors' addresses in their slots, the constexprs in place, and no tensor kept; with a
-    launch hook set, the hook's path gets the tensors (CPU: no launch)."""
+    """A plan recorded from a stand-in compiled kernel replays on its device's stream with the call's
+    tensors' addresses in their slots, the constexprs in place, and no tensor kept: through Triton
+    3.6's C `launch` and through a launcher of another shape (Triton 3.9's, called as its JIT does);
+    with a launch hook set, the hook's path gets the tensors (CPU: no launch)."""
     import torch
     from tests.harness import module
     m = module("mxfp8_kv")
     launched = []
 
-    class Launcher:          # Triton 3.6's CudaLauncher: __call__(gridX, gridY, gridZ, stream, function, *args)
+    class Launcher36:        # Triton 3.6's CudaLauncher: __call__(gridX, gridY, gridZ, stream, function, *args)
         global_scratch_size = profile_scratch_size = 0
         launch_cooperative_grid, launch_pdl = False, True
 
         def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-            launched.append(("hooked", gridX, gridY, gridZ, stream, function, *args))
+            launched.append(("called", gridX, gridY, gridZ, stream, function, *args))
 
         def launch(self, *args):
             launched.append(args)
 
-    class Compiled:
-        packed_metadata, function = "metadata", "function"
-        run = Launcher()
-
-        def launch_metadata(self, grid, stream, *args):
-            return "meta"
+    class Launcher39(Launcher36):  # Triton 3.9's: the metadata, launch metadata and hooks named
+        def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, leave, *args):
+            launched.append(("called", gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata,
+                             enter, leave, *args))
 
     class Kernel:
         arg_names = ["x_ptr", "n", "y_ptr", "BLOCK"]
 
-    x, y = torch.zeros(4), torch.zeros(4)
-    plan = m._Plan((16, 16))
-    plan.record(Compiled(), (3,), Kernel(), (x.view(2, 2), 4, y), {"BLOCK": 8, "num_warps": 4}, (x, y))
-    lead = (False, True, None, None, "metadata", None, None, None)
-    assert plan.recordable and plan.launches[0][4] == [*lead, None, 4, None, 8]
-    plan.device = -1
-
     class Hooks:
         launch_enter_hook = launch_exit_hook = None
     monkeypatch.setattr(m._Plan, "hooks", Hooks())
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: "stream", raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: f"stream {device}", raising=False)
+    x, y = torch.zeros(4), torch.zeros(4)
     a, b = torch.ones(4), torch.ones(4)
-    plan.run([111, 222], (a, b))
-    Hooks.launch_enter_hook = print
-    plan.run([111, 222], (a, b))
-    assert launched[0] == (3, 1, 1, "stream", "function", *lead, 111, 4, 222, 8)
-    assert launched[1] == ("hooked", 3, 1, 1, "stream", "function", "metadata", "meta", print, None, a, 4, b, 8)
-    plan.record(Compiled(), (3,), Kernel(), (torch.zeros(4), 4, y), {"BLOCK": 8}, (x, y))
-    assert not plan.recordable                     # an argument that is none of the call's tensors
+    lead36 = (False, True, None, None, "metadata", None, None, None)
+    lead39 = ("metadata", None, None, None)
+    for launcher, lead, direct in ((Launcher36, lead36, ()), (Launcher39, lead39, ("called",))):
+        class Compiled:
+            packed_metadata, function = "metadata", "function"
+            run = launcher()
+
+            def launch_metadata(self, grid, stream, *args):
+                return "meta"
+        plan = m._Plan((16, 16))
+        plan.record(Compiled(), (3,), Kernel(), (x.view(2, 2), 4, y), {"BLOCK": 8, "num_warps": 4}, (x, y))
+        assert plan.recordable and plan.launches[0][4] == [*lead, None, 4, None, 8]
+        plan.device = 5
+        launched.clear()
+        Hooks.launch_enter_hook = None
+        plan.run([111, 222], (a, b))
+        Hooks.launch_enter_hook = print
+        plan.run([111, 222], (a, b))
+        assert launched == [(*direct, 3, 1, 1, "stream 5", "function", *lead, 111, 4, 222, 8),
+                            ("called", 3, 1, 1, "stream 5", "function", "metadata", "meta", print, None, a, 4, b, 8)]
+        plan.record(Compiled(), (3,), Kernel(), (torch.zeros(4), 4, y), {"BLOCK": 8}, (x, y))
+        assert not plan.recordable                     # an argument that is none of the call's tensors
 
 
 def test_last_plan_is_found_by_its_guard_and_others_by_signature(monkeypatch):
     """_find tries the op's last plan by its guard (no signature computed) and finds others by their
-    signature; a call differing in anything the signature holds gets no plan (CPU: a stand-in plan)."""
+    signature; a call differing in anything the signature holds gets no plan (CPU: stand-in plans)."""
     import torch
     from tests.harness import module
     m = module("mxfp8_kv")
-    monkeypatch.setattr(m, "_current_device", lambda: -1)          # the current device, as CPU-only torch has it
-    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
+    device = [-1]                                    # the current device, as CPU-only torch has it
+    monkeypatch.setattr(m, "_current_device", lambda: device[0])
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: device[0], raising=False)
     assert m._guards_sound()                         # this torch's TensorGuards tells the probes apart
     x, loc = torch.zeros(8, 2, 16), torch.zeros(8, dtype=torch.int64)
     plans, scalars = m._Plans(), (64, None, True)
-    key, pointers = m._signature((x, loc), scalars)
-    plan = m._Plan((0, 0))
-    m._remember(plans, key, plan, (x, loc))
+
+    def record(tensors, s=scalars):
+        plan = m._Plan((0,) * len(tensors))
+        m._remember(plans, m._signature(tensors, s)[0], plan, tensors)
+        return plan
+    plan = record((x, loc))
     assert plans.last is plan and plan.guard is not None and plan.device == -1
     x2, loc2 = torch.randn(8, 2, 16), torch.ones(8, dtype=torch.int64)
     assert m._find(plans, (x2, loc2), scalars) == (plan, None, [x2.data_ptr(), loc2.data_ptr()])
-    other = m._Plan((0, 0))
-    m._remember(plans, m._signature((x2[:4], loc2[:4]), scalars)[0], other, (x2[:4], loc2[:4]))
+    other = record((x2[:4], loc2[:4]))
     assert plans.last is other
     found, key, _ = m._find(plans, (x2, loc2), scalars)                # by its signature: now the last again
     assert found is plan and key is not None and plans.last is plan
     misaligned = torch.zeros(8 * 2 * 16 + 1)[1:].view(8, 2, 16)       # 4 bytes past a 16-byte boundary
     for call, s in (((x2.double(), loc2), scalars), ((x2.transpose(0, 1).contiguous().transpose(0, 1), loc2), scalars),
-                    ((x2, loc2.int()), scalars), ((misaligned, loc2), scalars), ((x2, loc2), (64.0, None, True)),
-                    ((x2, loc2), (64, True, True)), ((x2, loc2), (64, 1, True)), ((x2, 3), scalars), (None, scalars)):
+                    ((x2, loc2.int()), scalars), ((misaligned, loc2), scalars), ((x2, loc2), (32, None, True)),
+                    ((x2, loc2), (64, None, False)), ((x2, loc2), (64.0, None, True)), ((x2, loc2), (64, True, True)),
+                    ((x2, loc2), (64, 1, True)), ((x2, 3), scalars), ((x2, loc2, loc2), scalars), ((x2,), scalars),
+                    (None, scalars)):
         assert m._find(plans, call, s)[0] is None, (call, s)
+        assert plans.last is plan
+    device[0] = 1                                                      # another current device
+    assert m._find(plans, (x2, loc2), scalars)[0] is None
+    device[0] = -1
+    # plans whose guard would not tell their calls apart have none: found by their signature
+    for tensors, s in (((misaligned, loc), scalars), ((x, loc, loc), scalars), ((x, loc), (64, torch.tensor(True), True))):
+        plan = record(tensors, s)
+        assert plan.guard is None and m._find(plans, tensors, s)[:2] == (plan, m._signature(tensors, s)[0])
     plans.clear()
     assert plans.last is None and not plans
+
+
+def test_replays_allocate_outputs_as_the_recorded_call_did():
+    import torch
+    from tests.harness import module
+    m = module("mxfp8_kv")
+    data, scale = torch.empty(6, 4, dtype=torch.float8_e4m3fn), torch.empty(6, 2, dtype=torch.uint8)
+    plan = m._Plan((0, 0, 0))
+    plan.own((data, scale))
+    pointers = [7]
+    outs = plan.allocate(pointers)
+    assert [(o.shape, o.stride(), o.dtype, o.device) for o in outs] == [(t.shape, t.stride(), t.dtype, t.device)
+                                                                         for t in (data, scale)]
+    assert pointers == [7, outs[0].data_ptr(), outs[1].data_ptr()] and outs[0].data_ptr() != data.data_ptr()
 
 
 def _unused_helpers(text: str) -> list:
