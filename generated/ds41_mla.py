@@ -474,6 +474,9 @@ def _guards_sound() -> bool:
         return False
 
 
+_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype)     # scalars a guarded plan compares by value
+
+
 def _guard(tensors: tuple, key: tuple):
     """The guard of a plan recorded for `tensors` (signature `key`); None (the plan is then found by
     its signature alone) where torch has no sound one, where a pointer was not 16-byte aligned (a
@@ -488,9 +491,6 @@ def _guard(tensors: tuple, key: tuple):
                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
     except Exception:         # a tensor the guards do not handle: found by its signature
         return None
-
-
-_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype)
 
 
 class _Plans(dict):
@@ -528,9 +528,9 @@ def _find(plans: _Plans, tensors: tuple | None, scalars: tuple) -> tuple:
 
 
 class _Plan:
-    """One call signature's launches: (compiled kernel, launcher, grid, function, arguments, slots,
-    leading arguments) each, the slots naming which argument positions take which of the call's
-    tensors' addresses."""
+    """One call signature's launches: (compiled kernel, launch function, grid, kernel function,
+    arguments, slots, count of the launcher's leading arguments) each, the slots naming which
+    argument positions take which of the call's tensors' addresses."""
 
     __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint", "device", "guard", "scalars",
                  "scalar_types", "arity")
