@@ -114,8 +114,8 @@ def breakdown_table(host: dict) -> list:
     add = host["torch_add_us"]
     lines = ["Where a generated op's replayed decode-size call spends its host time (`--breakdown`, the same run), "
              "per op kind over the layouts. find: finding the call's launch plan (the last plan's guard, else the "
-             "call's signature); alloc: allocating each output, timed alone; launch: the recorded launches (Triton's launcher); rest: "
-             "the op's own Python (the total less the three).", "",
+             "call's signature); alloc: allocating each output, timed alone; launch: the recorded launches "
+             "(Triton's launcher); rest: the op's own Python (the total less the three).", "",
              "| op | layouts | total us | / torch.add | find us | outputs | alloc us | launches | launch us | rest us |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     kinds: dict = {}

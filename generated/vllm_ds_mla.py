@@ -365,8 +365,9 @@ def _index(value, name: str, least: int = 1) -> int:
 def _signature(tensors: tuple, scalars: tuple):
     """(key, pointers) of a call: the key of its launch plan holds every tensor's shape, strides,
     dtype, device and pointer alignment (low 4 bits), the scalar arguments (with their types, so 64.0
-    is not 64) and the current CUDA device. (None, None) when an argument is not a tensor (the
-    checked path then names it; tensors may be None for that)."""
+    is not 64) and the current CUDA device, in that order: a part per tensor, then the scalars, their
+    types and the device (_guard and _remember read them so). (None, None) when an argument is not a
+    tensor (the checked path then names it; tensors may be None for that)."""
     try:
         pointers = [t.data_ptr() for t in tensors]
         parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
