@@ -8,10 +8,11 @@ evidence behind them is in the commit messages that measured it.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
-from .host import CALLS
+from .host import CALLS, ROUNDS
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"
@@ -49,12 +50,14 @@ MISSES = [
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dequantize "
     "at 2^21 rows reaches 94%); its dense quantize (88%) keeps a tile's quotients live (96 registers at 32 "
     "values per thread), so it takes 16 per thread.",
-    "eager host time of the generated ops that allocate two outputs (quantize's data and scales; a two-plane "
-    "gather's k and v without out=): 1.7-3.1x a bare torch.add in the host run (not <= 2x); the other ops take "
-    "1.1-2.1x (at most 1.9x in the breakdown of the same run: one op's timings differ by up to half between "
-    "the two), compat ops below their seeds. A replay is Triton's launcher, 4.7-7.5 us a launch (0.7-1.1 "
-    "torch.add), plus 2.2-2.8 us per output (torch.empty_strided), plus finding the plan by its guard, "
-    "1.7-4.6 us: two outputs and the launch alone are about 1.5 torch.add. Pass out= to gather.",
+    "eager host time of the two-plane gathers called without out= (mxfp8_kv, mxfp8_kv_128x4, flashinfer_nvfp4, "
+    "vllm_fp8, vllm_fp8_per_token_head): 1.99-2.33x the torch.add timed in turns with each, not <= 2x (1.95-2.33x "
+    "over four runs in one session); quantize, which allocates two outputs too, 1.72-1.98x (1.44-2.23x); every "
+    "other generated op 1.08-1.68x (at most 1.82x). The floors of the same run: Triton's launch of an empty "
+    "kernel as a replay launches it, 5.0 us, below torch's own dispatch and launch (torch.add with out=, 6.6 "
+    "us), and 3.0 us per output (torch.empty_strided; 2.4-3.0 over the runs): two outputs and the launch are "
+    "1.3-1.4 torch.add before the guard over the gather's 5-7 tensors (finding its plan takes 3.2-3.7 us, "
+    "quantize's 1.9-2.0) and the op's Python. Tuning stops spent; pass out= to gather.",
 ]
 
 
@@ -94,45 +97,66 @@ def seeds_table(seeds: dict) -> list:
     return lines
 
 
+def _add(host: dict, row: dict) -> float:
+    """The torch.add a row's ratio is to: the one timed beside it where the run has one."""
+    return row.get("add_us", host["torch_add_us"])
+
+
 def compat_table(host: dict) -> list:
-    """The compat ops' host time per eager call beside their seeds' (`bench --host --seeds`)."""
-    env, add = host["environment"], host["torch_add_us"]
+    """The compat ops' host time per eager call beside their seeds' (`bench --host --seeds`), and a
+    line on the generated ops' ratios to the yardstick."""
+    env = host["environment"]
+    paired = all("add_us" in r for r in host["results"])
     lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']} "
              f"([host-h200.json](host-h200.json)); {CALLS} eager calls per op, no sync; bare `torch.add` "
-             f"{add:.1f} us in this run.", "",
+             f"{host['torch_add_us']:.1f} us in this run" +
+             (" at its fastest; each row's ratio is to the torch.add timed in turns with it (the host drifts)."
+              if paired else "."), "",
              "| compat op | size | seed us | kvlayout us | / torch.add |", "|---|---|---:|---:|---:|"]
     for r in host["results"]:
         if r["seed_host_us"] is not None:
             lines.append(f"| {r['op'].removeprefix('compat ')} | {r['size']} | {r['seed_host_us']:.1f} | "
-                         f"{r['host_us']:.1f} | {r['host_us'] / add:.2f} |")
+                         f"{r['host_us']:.1f} | {r['host_us'] / _add(host, r):.2f} |")
+    ratios = {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
+    over = sorted((op for op, x in ratios.items() if x > 2), key=lambda op: -ratios[op])
+    lines += ["", f"Generated ops (every layout's, {len(ratios)}): {min(ratios.values()):.2f}-"
+              f"{max(ratios.values()):.2f}x torch.add, median {statistics.median(ratios.values()):.2f}x; "
+              f"{len(ratios) - len(over)} at most 2x" +
+              (f"; over: {', '.join(f'{op} {ratios[op]:.2f}' for op in over)}." if over else ".")]
     return lines
 
 
 def breakdown_table(host: dict) -> list:
     """Where the generated ops' replayed eager calls spend their host time (`bench --host --breakdown`),
     one row per op kind: the range over the layouts that have it."""
-    add = host["torch_add_us"]
     lines = ["Where a generated op's replayed decode-size call spends its host time (`--breakdown`, the same run), "
              "per op kind over the layouts. find: finding the call's launch plan (the last plan's guard, else the "
              "call's signature); alloc: allocating each output, timed alone; launch: the recorded launches "
-             "(Triton's launcher); rest: the op's own Python (the total less the three).", "",
-             "| op | layouts | total us | / torch.add | find us | outputs | alloc us | launches | launch us | rest us |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(Triton's launcher); rest: the op's own Python (the total less the three). Each op's fastest of "
+             f"{ROUNDS} rounds; the wrappers that time find and launch add their own cost to the total.", "",
+             "| op | layouts | total us | find us | outputs | alloc us | launches | launch us | rest us |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     kinds: dict = {}
     for r in host["breakdown"]:
         if r["replayed"]:
             kinds.setdefault(r["op"].split(".")[1], []).append(r)
 
-    def span(rows, key, scale=1.0, digits=1):
-        lo, hi = min(max(r[key], 0.0) for r in rows) / scale, max(r[key] for r in rows) / scale
+    def span(rows, key, digits=1):
+        lo, hi = min(max(r[key], 0.0) for r in rows), max(r[key] for r in rows)
         return f"{lo:.{digits}f}" if f"{lo:.{digits}f}" == f"{hi:.{digits}f}" else f"{lo:.{digits}f}-{hi:.{digits}f}"
     for op, rows in kinds.items():
-        lines.append(f"| {op} | {len(rows)} | {span(rows, 'total_us')} | {span(rows, 'total_us', add, 2)} | "
+        lines.append(f"| {op} | {len(rows)} | {span(rows, 'total_us')} | "
                      f"{span(rows, 'find_us')} | {span(rows, 'outputs', digits=0)} | {span(rows, 'alloc_us')} | "
                      f"{span(rows, 'launches', digits=0)} | {span(rows, 'launch_us')} | {span(rows, 'rest_us')} |")
     missing = [r["op"] for r in host["breakdown"] if not r["replayed"]]
     if missing:
         lines += ["", f"No launch plan (every call checked): {', '.join(missing)}."]
+    least = host.get("floors")
+    if least:
+        lines += ["", f"Floors on this host, timed in turns in the same run: an empty Triton kernel launched as a "
+                  f"replay launches it, {least['launch_us']:.1f} us; one `torch.empty_strided` of 2048 x 512 fp8, "
+                  f"{least['empty_strided_us']:.1f} us; `torch.add` with `out=` (torch's own dispatch and launch, no "
+                  f"allocation), {least['add_out_us']:.1f} us; bare `torch.add`, {least['add_us']:.1f} us."]
     return lines
 
 

@@ -1,0 +1,30 @@
+"""bench.host takes its timings in turns (a drift of the host hits every contender alike) and keeps
+each one's fastest; the report's ratios are to the torch.add timed beside each row."""
+import itertools
+
+from bench import host as H
+from bench import report
+
+
+def test_in_turns_interleaves_the_contenders_and_keeps_each_ones_fastest(monkeypatch):
+    order, times = [], itertools.cycle([5.0, 9.0, 3.0, 8.0, 4.0, 7.0])
+
+    def fake_host_us(fn):
+        order.append(fn())
+        return next(times)
+    monkeypatch.setattr(H, "host_us", fake_host_us)
+    best = H.in_turns({"op": lambda: "op", "add": lambda: "add"})
+    assert order == ["op", "add"] * H.ROUNDS
+    assert best == {"op": 3.0, "add": 7.0}
+
+
+def test_report_divides_each_row_by_its_own_torch_add():
+    row = {"op": "compat x", "size": "1", "host_us": 12.0, "add_us": 8.0, "seed_host_us": 30.0}
+    gen = {"op": "l.quantize", "size": "1", "host_us": 18.0, "add_us": 6.0, "seed_host_us": None}
+    host = {"environment": {"device": "d", "torch": "t", "triton": "tr", "date": "x"}, "torch_add_us": 4.0,
+            "results": [row, gen]}
+    lines = report.compat_table(host)
+    assert "| x | 1 | 30.0 | 12.0 | 1.50 |" in lines
+    assert any("3.00-3.00x torch.add" in line and "over: l.quantize 3.00" in line for line in lines)
+    del row["add_us"], gen["add_us"]                     # a run without paired timings: the run's torch.add
+    assert "| x | 1 | 30.0 | 12.0 | 3.00 |" in report.compat_table(host)
