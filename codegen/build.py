@@ -817,8 +817,10 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                 raise SpecError(fields.item_mark(j), f"types.{name}[{j}]: {field_name!r} cannot be a field of a "
                                 "named tuple (a keyword, a leading underscore, or a repeated name)",
                                 "rename the field")
-    # Names the module's own code uses: the layout modules it imports, its types, torch and NamedTuple.
-    module_names = set(layouts) | set(tree["types"]) | {"torch", "NamedTuple", "annotations"}
+    # Names the module's own code uses: the layout modules it imports, its types, torch, NamedTuple, re
+    # and its helpers (codegen/runtime/compat_host.py); a leading underscore marks the module's own
+    # names (helpers, and the locals _<argument> it computes arguments into).
+    module_names = set(layouts) | set(tree["types"]) | {"torch", "NamedTuple", "annotations", "re"}
     seen_functions: dict = {}
     functions = []
     used_layouts = []
@@ -837,16 +839,17 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
             raise SpecError(f.value_mark("name"), f"{where}.name: a second function named {f['name']!r} (the first is "
                             f"functions[{seen_functions[f['name']]}])", "give each function its own name")
         seen_functions[f["name"]] = i
-        if keyword.iskeyword(f["name"]) or f["name"] in module_names:
+        if keyword.iskeyword(f["name"]) or f["name"] in module_names or f["name"].startswith("_"):
             raise SpecError(f.value_mark("name"), f"{where}.name: {f['name']!r} is a Python keyword or a name the "
-                            "generated module uses itself (a layout it imports, a type, torch)", "choose another name")
+                            "generated module uses itself (a layout it imports, a type, torch, re, a name starting with _)",
+                            "choose another name")
         params = []
         for j, p in enumerate(f["params"]):
             name, _, default = p.partition("=")
             mark = f["params"].item_mark(j)
-            if keyword.iskeyword(name) or name in module_names:
+            if keyword.iskeyword(name) or name in module_names or name.startswith("_"):
                 raise SpecError(mark, f"{where}.params[{j}]: {name!r} is a Python keyword or a name the generated module "
-                                "uses itself", "rename the parameter")
+                                "uses itself (its own names start with '_')", "rename the parameter")
             if not default and params and params[-1][1] is not None:
                 raise SpecError(mark, f"{where}.params[{j}]: {name!r} has no default but follows a parameter with one",
                                 f"give it a default ({name}=None) or move it before {params[-1][0]!r}")
@@ -864,7 +867,19 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         if missing:
             raise SpecError(f.value_mark("args"), f"{where}.args: missing {', '.join(missing)}",
                             f"map every parameter of {op}: {', '.join(wanted)}")
-        rendered = []
+        rendered, derived, renames = [], [], []
+
+        def passed(name: str, local: str, src: str) -> str:
+            """The source the call passes for argument `name`: a parameter itself, or a local
+            computed from one before the call (errors then name the parameter)."""
+            root = re.match(r"[a-z_][a-z0-9_]*", src).group(0)
+            if src != root and src != "None":
+                derived.append((local, src, root))
+                renames.append((name, src))
+                return local
+            if src != name and src != "None":
+                renames.append((name, src))
+            return src
         for k in wanted:
             if k not in args:
                 continue
@@ -879,13 +894,14 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                                     "add the missing fields / remove the unknown ones")
                 for fk, fv in v.items():
                     _check_arg(fv, param_names, v.value_mark(fk), f"{where}.args.cache.{fk}")
-                src = f"{layout_name}.Cache(" + ", ".join(f"{fk}={v[fk]}" for fk in fields) + ")"
+                src = f"{layout_name}.Cache(" + ", ".join(f"{fk}={passed(f'cache.{fk}', f'_{fk}', v[fk])}"
+                                                           for fk in fields) + ")"
             else:
                 if isinstance(v, dict):
                     raise SpecError(args.value_mark(k), f"{where}.args.{k}: expected a parameter expression",
                                     "write a parameter name such as 'x'")
                 _check_arg(v, param_names, args.value_mark(k), f"{where}.args.{k}")
-                src = v
+                src = passed(k, f"_{k}", v)
             rendered.append((k, src))
         if f["returns"] is not None and f["returns"] not in dict(types):
             raise SpecError(f.value_mark("returns"), f"{where}.returns: unknown type {f['returns']!r}",
@@ -897,7 +913,8 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                                 f"parameters: {', '.join(param_names)}")
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
                                         op=op, args=tuple(rendered), returns=f["returns"],
-                                        require=tuple((p, tuple(v)) for p, v in require.items())))
+                                        require=tuple((p, tuple(v)) for p, v in require.items()),
+                                        derived=tuple(derived), renames=tuple(renames)))
         if layout_name not in used_layouts:
             used_layouts.append(layout_name)
     return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,

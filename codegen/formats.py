@@ -162,16 +162,21 @@ class ScaleFormat:
     # An fp8 scale format: the element format whose codes it stores (its encoder rounds each scale
     # to nearest even and saturates, its decoder reads them back); None for ue8m0 and fp32.
     code: str | None = None
+    # The torch dtype that names a 1-byte format's codes (a view of a uint8 scale tensor as it is the
+    # same scales); None for fp32.
+    torch_view: str | None = None
 
 
 SCALE_FORMATS = {
     # ue8m0: one byte holding exponent + 127; 0xFF is reserved (OCP: NaN), so 0..254 are stored.
-    "ue8m0": ScaleFormat("ue8m0", 1, -127, 127, 127, "_store_ue8m0", None, "_load_ue8m0", "_load_ue8m0_words"),
+    "ue8m0": ScaleFormat("ue8m0", 1, -127, 127, 127, "_store_ue8m0", None, "_load_ue8m0", "_load_ue8m0_words",
+                         torch_view="float8_e8m0fnu"),
     # fp32: the scale itself, a power of two from a rule, or amax / fmax with rule `exact`.
     "fp32": ScaleFormat("fp32", 4, -127, 127, 0, "_store_fp32_pow2", "_store_fp32", "_load_fp32", None),
     # e4m3: NVFP4's block scales, one fp8 e4m3fn code per scale: amax / fmax (over a global scale
     # where the group names one) rounded to the nearest code, ties to even, saturated at 448; rule exact.
-    "e4m3": ScaleFormat("e4m3", 1, -9, 8, 0, None, "_store_codes", "_load_codes", None, code="fp8_e4m3fn"),
+    "e4m3": ScaleFormat("e4m3", 1, -9, 8, 0, None, "_store_codes", "_load_codes", None, code="fp8_e4m3fn",
+                        torch_view="float8_e4m3fn"),
 }
 
 # Rules that give a power of two 2^e, as integer tests on amax's fp32 bits: amax = 2^E * m.

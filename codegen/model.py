@@ -734,9 +734,18 @@ class Layout:
         return "float32" if formats == {"fp32"} else "uint8"
 
     @property
-    def dense_scale_size(self) -> int:
-        """Bytes of one entry of the dense scale tensor (its dtype's element size)."""
-        return 4 if self.dense_scale_dtype == "float32" else 1
+    def dense_data_views(self) -> tuple:
+        """The dtypes dequantize takes the records as: quantize's own and uint8/int8 views of them
+        (another 1-byte float format would name other values)."""
+        return tuple(dict.fromkeys((self.dense_data[0], "uint8", "int8")))
+
+    @property
+    def dense_scale_views(self) -> tuple:
+        """The dtypes dequantize takes the dense scales as: float32 alone, or for a 1-byte format
+        uint8, an int8 view and the torch dtype that names the format (float8_e8m0fnu for ue8m0)."""
+        if self.dense_scale_dtype == "float32":
+            return ("float32",)
+        return ("uint8", "int8", *sorted({g.format.torch_view for g in self.scales}))
 
     @property
     def dense_data(self) -> tuple:
@@ -776,6 +785,11 @@ class CompatFunction:
     args: tuple                   # (op parameter, python source)
     returns: str | None
     require: tuple = ()           # (parameter, allowed values): anything else raises ValueError
+    # (local name, python source, the parameter it reads) of each argument computed from a
+    # parameter (x.data, v_cache.shape[1]): evaluated before the call, a failure names the parameter
+    derived: tuple = ()
+    # (the op's argument name, the caller's parameter or expression): its ValueErrors say the latter
+    renames: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -788,11 +802,6 @@ class Compat:
     layouts: tuple                # layout names imported
     types: tuple                  # (type name, fields)
     functions: tuple
-
-    @property
-    def uses_torch(self) -> bool:
-        """Whether the module names torch: for its named tuple fields or a torch.* default."""
-        return bool(self.types) or any((d or "").startswith("torch.") for f in self.functions for _, d in f.params)
 
 
 def op_params(layout: Layout, op: str) -> tuple:

@@ -75,7 +75,7 @@ RUNTIME_OPTIONAL = {
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group", "_scale_word_bytes": "word_scales",
                "_check_given_scales": ("store_checks", "given_checks"),
-               "_given_steps": "given_checks"},
+               "_given_steps": "given_checks", "_check_head_offsets": ("store_checks", "gather_dequant")},
     "host": {"_check_distinct_elements": "out_checks"},
     "segments": {"_group_codes": ("_quantize_segment", "_quantize_packed_segment"),
                  "_group_lanes": ("_quantize_segment", "_dequantize_segment"),
@@ -123,6 +123,7 @@ RUNTIME_OPTIONAL = {
     "reset": {},
     "append": {},
     "append_host": {},
+    "compat_host": {},
 }
 
 

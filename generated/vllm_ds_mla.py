@@ -176,6 +176,11 @@ def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.is_meta:
         raise ValueError(f"{name}: is a meta tensor (it holds no data)")
+    if t.layout is not torch.strided or t.is_nested:
+        raise ValueError(f"{name}: is a {'nested' if t.is_nested else t.layout} tensor; expected a dense (strided) one")
+    if t.is_neg() or t.is_conj():      # lazy views: the kernels read and write the stored bytes, not the view's values
+        raise ValueError(f"{name}: is a lazily negated or conjugated view; materialize it first "
+                         "(resolve_neg() / resolve_conj())")
     if dtypes is not None and t.dtype not in dtypes:
         raise ValueError(f"{name}: dtype {t.dtype} is not supported; use one of {', '.join(map(str, dtypes))}")
     if ndims is not None and t.dim() not in ndims:
@@ -209,7 +214,19 @@ def _check_rows(name: str, t, device, values=None) -> torch.Tensor:
         raise ValueError(f"{name}: expected {HEADS} head(s), got shape {tuple(t.shape)}")
     if values is not None and t.shape[2] != values:
         raise ValueError(f"{name}: expected {values} values per head, got shape {tuple(t.shape)}")
+    _check_head_offsets(name, t)
     return t
+
+
+def _check_head_offsets(name: str, t) -> None:
+    """A (T, heads, values) tensor whose rows the kernels reach: they take head * stride(1) + value
+    index in 32 bits where Triton passes the stride so (below 2**31), so rows that end 2**31
+    elements or more past their token's first are refused."""
+    reach = (t.shape[1] - 1) * t.stride(1) + t.shape[2] - 1
+    if t.stride(1) < 2 ** 31 <= reach:
+        raise ValueError(f"{name}: head {t.shape[1] - 1} ends {reach} elements past its token's first (heads "
+                         f"{t.stride(1)} apart), past the kernels' 32-bit head offsets (2**31 - 1); pass a tensor "
+                         "with closer heads (e.g. .contiguous())")
 
 
 def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
@@ -217,6 +234,10 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if type(cache) not in (tuple, Cache) and hasattr(type(cache), "_fields"):   # another layout's Cache
+        raise ValueError(f"cache: is a {type(cache).__module__}.{type(cache).__qualname__}, not this layout's "
+                         f"{LAYOUT}.Cache; pass its Cache (another layout's lays its bytes out another way) or a "
+                         "plain tuple of its fields")
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
@@ -226,6 +247,8 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         _check_tensor(f"cache.{field}", t, None, None, device)
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
+        if t.requires_grad:
+            raise ValueError(f"cache.{field}: requires grad; the kernels write caches in place, outside autograd (detach it)")
         nbytes = t.numel() * t.element_size()
         if 0 < nbytes < page_bytes:
             raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
@@ -244,6 +267,19 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         elif nbytes // page_bytes != num_pages:
             raise ValueError(f"cache.{field}: holds {nbytes // page_bytes} pages, the other tensors {num_pages}")
     return geo, num_pages
+
+
+# Tensor dtypes every supported Triton takes as typed pointers. The kernels address cache bytes
+# themselves, so a cache tensor of any other dtype (e8m0 scales, packed fp4, bits8) goes to them
+# as a uint8 view of its bytes.
+_POINTER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                             torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2})
+
+
+def _kernel_cache(cache: tuple) -> tuple:
+    """The (checked, contiguous) cache tensors as the kernels take them: uint8 views of the ones
+    whose dtype Triton does not take."""
+    return tuple(t if t.dtype in _POINTER_DTYPES else t.view(torch.uint8) for t in cache)
 
 
 def _check_given_scales(scales: tuple, device, heads: int) -> None:
@@ -364,13 +400,15 @@ def _index(value, name: str, least: int = 1) -> int:
 
 def _signature(tensors: tuple, scalars: tuple):
     """(key, pointers) of a call: the key of its launch plan holds every tensor's shape, strides,
-    dtype, device and pointer alignment (low 4 bits), the scalar arguments (with their types, so 64.0
-    is not 64) and the current CUDA device, in that order: a part per tensor, then the scalars, their
-    types and the device (_guard and _remember read them so). (None, None) when an argument is not a
-    tensor (the checked path then names it; tensors may be None for that)."""
+    dtype, device, pointer alignment (low 4 bits) and autograd and lazy-view state (requires_grad,
+    negated or conjugated: what the guard's check also holds), the scalar arguments (with their
+    types, so 64.0 is not 64) and the current CUDA device, in that order: a part per tensor, then
+    the scalars, their types and the device (_guard and _remember read them so). (None, None) when
+    an argument is not a tensor (the checked path then names it; tensors may be None for that)."""
     try:
         pointers = [t.data_ptr() for t in tensors]
-        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
+        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15, t.requires_grad, t.is_neg() or t.is_conj())
+                 for t, p in zip(tensors, pointers)]
         parts.append(scalars)
         parts.append(tuple(map(type, scalars)))
         parts.append(_current_device())
@@ -480,7 +518,8 @@ def _guards_sound() -> bool:
         return False
 
 
-_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype)     # scalars a guarded plan compares by value
+# Scalars a guarded plan compares by value (a type: the Cache class, so another layout's is not replayed).
+_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype, type)
 
 
 def _guard(tensors: tuple, key: tuple):
@@ -1317,14 +1356,16 @@ def quantize_store(kv_c: torch.Tensor, k_pe: torch.Tensor, loc: torch.Tensor, ca
     kv_c: (T, heads, 512) or (T, heads * 512) bf16/fp16/fp32, last dim contiguous: values 0..512 of k's rows (nope).
     k_pe: (T, heads, 64) or (T, heads * 64) bf16/fp16/fp32, last dim contiguous: values 512..576 of k's rows (rope).
     loc: (T,) int32/int64 slot ids (page * page_size + slot in page). Negative slots, slots past
-        the cache are skipped. Duplicate slots: one of the tokens wins.
+        the cache are skipped. Slots must be
+        distinct: tokens sent to one slot race, and the slot may hold a mix of their bytes (a check
+        would need a host sync).
     cache: a Cache of this layout; page_size: tokens per page.
     Fixed grid, no host sync: CUDA-graph capturable.
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
     tensors = (loc, kv_c, k_pe, *cache) if isinstance(cache, tuple) else None
-    plan, key, pointers = _find(_PLANS["quantize_store"], tensors, (page_size, pdl, DEPENDENT_LAUNCH))
+    plan, key, pointers = _find(_PLANS["quantize_store"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
     if plan is not None:      # this call signature passed every check before: replay its launches
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(pointers, tensors)
@@ -1336,7 +1377,7 @@ def quantize_store(kv_c: torch.Tensor, k_pe: torch.Tensor, loc: torch.Tensor, ca
     if n_tokens:
         launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
-        args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *cache)
+        args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *_kernel_cache(cache))
         constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo)
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan, tensors)
@@ -1397,7 +1438,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     given = (() if out is None else (out,) if len(PLANES) == 1 else
              tuple(out) if isinstance(out, (tuple, list)) and len(out) == len(PLANES) else None)   # None: the checked path names it
     tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
-    plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH))
+    plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
     if plan is not None:      # this call signature passed every check before: replay its launch
         if given:
             plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
@@ -1418,7 +1459,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
         launch = _launch_shape("gather_dequant", geo["VALUES"], _rows_cap(n_tokens, lanes, token_ids.device))
         group = _lane_group(lanes, LAUNCH["gather_dequant"]["lane_group"])
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]) * group, lanes // group)
-        args = (*cache, token_ids, n_tokens, num_pages * page_size, *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))))
+        args = (*_kernel_cache(cache), token_ids, n_tokens, num_pages * page_size, *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))))
         constexprs = dict(LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **_chain("gather_dequant", token_ids.device, pdl),
                           **launch, **geo)
         _launch(_gather_dequant_kernel, grid, args, constexprs, plan, (token_ids, *cache, *outs))
@@ -1438,10 +1479,13 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
     outs = (out,)
     for plane, o in zip(PLANES, outs):
         _check_tensor(f"out ({plane})", o, OUT_DTYPES, (3,), device)
+        if o.requires_grad:
+            raise ValueError(f"out ({plane}): requires grad; the kernel writes it in place, outside autograd (detach it)")
         _check_distinct_elements(f"out ({plane})", o)
         if tuple(o.shape) != (n_tokens, heads, values) or (o.stride(2) != 1 and values > 1):
             raise ValueError(f"out ({plane}): expected shape {(n_tokens, heads, values)} with a contiguous last dim, "
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
+        _check_head_offsets(f"out ({plane})", o)
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
     tensors = (token_ids, *cache, *scales, *outs)
@@ -1474,7 +1518,7 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     num_pages = _prepare_reset(cache, page_ids, page_size)
     if page_ids.shape[0] == 0:
         return
-    for t in cache:
+    for t in _kernel_cache(cache):
         page_bytes = t.numel() * t.element_size() // num_pages
         _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes,
                                                    BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
@@ -1679,11 +1723,12 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
     if g.code is not None:
         flat[addr] = _ref_encode(scale, g.code)
         return
-    value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
+    value = scale if g.exact else _ref_exp2i(scale)
     if g.poison:                 # a poisoned group's scale (NaN, or the exponent above the range): the canonical NaN
         nan = (value.isnan() if g.exact else scale > g.exponent_max)
         value = torch.where(nan, torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=value.device).view(torch.float32), value)
-    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
+    # (flattened first: an empty tensor may have a last stride of 0, which a view to bytes refuses)
+    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.reshape(-1).view(torch.uint8).view(*scale.shape, 4)
 
 
 def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 from tests.conftest import DEVICE, ON_GPU
 from tests.corpus import generator, scaled_normal
 from tests.harness import (LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
-                           module, sources)
+                           module, per_plane, sources)
 
 
 def raises(match: str, fn, *args, **kwargs):
@@ -351,3 +351,157 @@ def test_vllm_indexer_compat_writes_the_layouts_bytes_and_refuses_other_formats(
         with pytest.raises(ValueError, match=f"^{name}: "):
             compat.indexer_k_quant_and_cache(k, kv_cache, slots, *args)
     assert torch.equal(kv_cache, before)
+
+
+def _far_heads(heads: int, values: int, tokens: int, dtype=torch.bfloat16):
+    """A (tokens, heads, values) view whose heads lie 2**30 elements apart: an int32 stride whose
+    products with the later heads pass 2**31 (offsets must be taken in int64). Its storage is
+    virtual memory, touched only where rows are (None where it cannot be had)."""
+    stride_h, before = 2 ** 30, 64               # (64 elements of the storage precede the view)
+    try:
+        big = torch.empty(before + (heads - 1) * stride_h + tokens * values, dtype=dtype, device=DEVICE)
+    except RuntimeError:                         # no address space for it here
+        return None
+    return big.as_strided((tokens, heads, values), (values, stride_h, 1), before)
+
+
+def test_rows_whose_heads_lie_past_32_bit_offsets_are_refused():
+    """The kernels take head * stride(1) in 32 bits where Triton passes the stride so: a source or
+    destination whose last head starts 2**31 elements or more in raises ValueError naming it (it was
+    written at wrapped addresses), for writers, gathers and the append."""
+    m, s = module("mxfp8_kv"), module("mxfp8_v_seqblocked")
+    heads, values, page, tokens = 3, 32, 32, 2
+    x = _far_heads(heads, values, tokens)
+    if x is None:
+        pytest.skip("no 4 GiB of address space for the far-apart heads")
+    loc = torch.tensor([3, 40], device=DEVICE)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
+    rows = torch.ones(tokens, heads, values, device=DEVICE)
+    raises(r"k: head 2 ends 2147483679 elements past its token's first \(heads 1073741824 apart\)", m.quantize_store, x,
+           rows, loc, cache, page)
+    raises(r"out \(k\): head 2 ends 2147483679", m.gather_dequant, cache, loc, page, out=(x, torch.empty_like(rows)))
+    raises(r"v: head 2 ends", s.append, x, loc, s.alloc_cache(2, page, heads=heads, values=values, device=DEVICE), page)
+    near = x.as_strided((tokens, 2, values), (values, 2 ** 31 - values // 2, 1), x.storage_offset())   # the row's end passes
+    raises(r"k: head 1 ends 2147483663", m.quantize_store, near, near, loc, m.alloc_cache(2, page, heads=2, values=values,
+                                                                                         device=DEVICE), page)
+    m.quantize_store(x[:, :2], rows[:, :2], loc, m.alloc_cache(2, page, heads=2, values=values, device=DEVICE), page)   # 2**30 in: fine
+
+
+@pytest.mark.parametrize("name", cases("quantize_store") + cases("append"))
+def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
+    """Cache tensors may hold any dtype (the kernels address bytes): a 1-byte field viewed as
+    float8_e8m0fnu (sglang passes e8m0 scale tensors) is written, read and reset as its uint8 self."""
+    m = module(name)
+    heads, values, page = dims(m)
+    gen = generator(42)
+    plain = fresh_cache(m, 3, page, heads, values, gen)
+    odd = m.Cache(*(t.clone().view(torch.float8_e8m0fnu) if t.element_size() == 1 else t.clone() for t in plain))
+    rows = [scaled_normal((4, heads, values), gen).to(DEVICE) for _ in m.PLANES]
+    loc = torch.tensor([1, page + 2, 2 * page + 3, 5], device=DEVICE)
+    writer = m.quantize_store if "quantize_store" in m.OPS else m.append
+    for cache in (plain, odd):
+        writer(*sources(m, rows), loc, cache, page, **given(m))
+    assert_same_cache(m, odd, plain, f"{name} written through float8_e8m0fnu views")
+    if "gather_dequant" in m.OPS:
+        for a, b in zip(per_plane(m, m.gather_dequant(odd, loc, page, **given(m))),
+                        per_plane(m, m.gather_dequant(plain, loc, page, **given(m)))):
+            assert_same_bytes(a, b, f"{name} read through float8_e8m0fnu views")
+    pages = torch.tensor([1], device=DEVICE)
+    m.reset_pages(odd, pages, page)
+    m.reset_pages(plain, pages, page)
+    assert_same_cache(m, odd, plain, f"{name} reset through float8_e8m0fnu views")
+
+
+def test_another_layouts_cache_is_refused():
+    a, b = module("mxfp8_kv"), module("mxfp8_kv_128x4")
+    cache = b.alloc_cache(2, 128, heads=1, values=256, device=DEVICE)
+    x = torch.ones(2, 1, 256, device=DEVICE)
+    loc = torch.tensor([1, 2], device=DEVICE)
+    raises(r"cache: is a .*mxfp8_kv_128x4\.Cache, not this layout's mxfp8_kv\.Cache", a.quantize_store, x, x, loc, cache, 128)
+    raises(r"cache: is a .*mxfp8_kv_128x4\.Cache", a.gather_dequant, cache, loc, 128)
+    a.quantize_store(x, x, loc, tuple(a.alloc_cache(2, 128, heads=1, values=256, device=DEVICE)), 128)   # a plain tuple is fine
+
+
+def test_lazy_views_sparse_tensors_and_written_tensors_that_require_grad_are_refused():
+    m, cache, x, loc = kv_setup()
+    raises(r"k: is a lazily negated or conjugated view", m.quantize_store, torch._neg_view(x), x, loc, cache, 32)
+    raises(r"x: is a torch.sparse_coo tensor", m.quantize, x[:, 0].to_sparse())
+    raises(r"cache.k_cache: requires grad", m.gather_dequant,
+           m.Cache(cache.k_cache.float().requires_grad_().detach().requires_grad_(), *cache[1:]), loc, 32)
+    out = torch.empty(loc.shape[0], 2, 64, dtype=torch.bfloat16, device=DEVICE, requires_grad=True)
+    raises(r"out \(k\): requires grad", m.gather_dequant, cache, loc, 32, out=(out, out.detach().clone()))
+    m.quantize_store(x.requires_grad_(), x, loc, cache, 32)           # a source that requires grad is only read
+
+
+@pytest.mark.parametrize("name", cases("dequantize"))
+def test_dequantize_takes_only_views_that_name_the_same_bytes(name):
+    """data: quantize's dtype or a uint8/int8 view; another 1-byte float format (e5m2, e4m3fnuz,
+    e8m0) would name other values and is refused; scales likewise."""
+    m = module(name)
+    heads, values, page = dims(m)
+    x = scaled_normal((4, values), generator(43)).to(DEVICE)
+    data, scale = m.quantize(x)
+    want = m.dequantize(data, scale)
+    for view in (torch.uint8, torch.int8):
+        assert_same_bytes(m.dequantize(data.view(view), scale), want, f"data as {view}")
+    for other in (torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e8m0fnu):
+        if other != data.dtype:
+            raises(r"data: expected .* records", m.dequantize, data.view(other), scale)
+    if scale.element_size() == 1:
+        for view in m._DEQUANTIZE_SCALE_DTYPES:
+            assert_same_bytes(m.dequantize(data, scale.view(view)), want, f"scale as {view}")
+        raises(r"scale: expected", m.dequantize, data, scale.view(torch.float8_e5m2))
+    else:
+        raises(r"scale: expected float32 scales", m.dequantize, data, scale.view(torch.int32))
+
+
+def test_references_write_nothing_when_no_row_lands():
+    """A call whose every slot is skipped (or with no rows) leaves the cache as it was, in the
+    reference as in the kernel (fp32 scales: ds32_indexer)."""
+    m = module("ds32_indexer")
+    heads, values, page = dims(m)
+    gen = generator(44)
+    cache = fresh_cache(m, 2, page, heads, values, gen)
+    before = clone(m, cache)
+    k = scaled_normal((3, values), gen).to(DEVICE)
+    for rows, loc in ((k, torch.tensor([-1, -5, 10 ** 6], device=DEVICE)), (k[:0], torch.zeros(0, dtype=torch.int64, device=DEVICE))):
+        m.quantize_store_ref(rows, loc, cache, page)
+        m.quantize_store(rows, loc, cache, page)
+        assert_same_cache(m, cache, before, "no row lands")
+    assert m.quantize_ref(torch.randn(0, values, device=DEVICE))[1].shape == (0, m.geometry(page, 1, values)["DENSE_SCALES"])
+
+
+def test_compat_functions_name_their_own_parameters():
+    """A compat function's argument errors name its own parameters (sfk, vLLM's slot_mapping and
+    key_cache) or the expression it passed (x.data); a parameter that cannot give an argument
+    computed from it (a None or 1-D cache's shape[1]) is named in a ValueError too."""
+    mx = pytest.importorskip("generated.compat.sglang_mxfp8")
+    flash = pytest.importorskip("generated.compat.vllm_flash")
+    m, cache, x, loc = kv_setup()
+    raises(r"^sfk: holds 1 pages", mx.quant_store_kv_mxfp8, x, x, loc, cache.k_cache, cache.v_cache, cache.k_sf[:1],
+           cache.v_sf, 32)
+    raises(r"^v_cache: cannot take v_cache\.shape\[1\] from a NoneType", mx.update_mxfp8_v_cache_seqblocked, x, loc, None,
+           cache.v_sf)
+    raises(r"^x: cannot take x\.data from a tuple", mx.from_mxfp8, ())
+    raises(r"^x\.data: expected", mx.from_mxfp8, mx.MXFP8Tensor(torch.zeros(3, 32), torch.zeros(3, 1, dtype=torch.uint8)))
+    v = module("vllm_fp8")
+    vc = v.alloc_cache(2, 16, heads=2, values=64, device=DEVICE)
+    rows = torch.ones(3, 2, 64, device=DEVICE)
+    slots = torch.tensor([1, 2, 3], device=DEVICE)
+    scales = [torch.ones(1, device=DEVICE)] * 2
+    raises(r"^slot_mapping: dtype torch.float32", flash.reshape_and_cache_flash, rows, rows, vc.k_cache, vc.v_cache,
+           slots.float(), "fp8", *scales)
+    raises(r"^key_cache: cannot take key_cache\.shape\[1\] from a torch.uint8 tensor of shape \(7,\)",
+           flash.reshape_and_cache_flash, rows, rows, torch.zeros(7, dtype=torch.uint8, device=DEVICE), vc.v_cache, slots, "fp8",
+           *scales)
+    raises(r"^value: ", flash.reshape_and_cache_flash, rows, rows[:, :1], vc.k_cache, vc.v_cache, slots, "fp8", *scales)
+
+
+def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():
+    mx = pytest.importorskip("generated.compat.sglang_mxfp8")
+    m, cache, x, loc = kv_setup()
+    odd = clone(m, cache)
+    mx.quant_store_kv_mxfp8(x, x, loc, cache.k_cache, cache.v_cache, cache.k_sf, cache.v_sf, 32)
+    mx.quant_store_kv_mxfp8(x, x, loc, odd.k_cache, odd.v_cache, odd.k_sf.view(torch.float8_e8m0fnu),
+                            odd.v_sf.view(torch.float8_e8m0fnu), 32)
+    assert_same_cache(m, odd, cache, "e8m0 scale tensors")

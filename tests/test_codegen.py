@@ -56,7 +56,8 @@ def test_layout_modules_import_only_torch_and_triton(name):
     assert roots <= {"__future__", "functools", "inspect", "operator", "types", "typing", "torch", "triton"}, roots
 
 
-@pytest.mark.parametrize("runtime", sorted(p.stem for p in (ROOT / "codegen" / "runtime").glob("*.py") if p.stem != "__init__"))
+@pytest.mark.parametrize("runtime", sorted(p.stem for p in (ROOT / "codegen" / "runtime").glob("*.py")
+                                            if p.stem not in ("__init__", "compat_host")))
 @pytest.mark.parametrize("name", SPECS)
 def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
     """codegen/runtime/<file> below its COPY marker is in every module as it is (reviewed once there),
@@ -72,6 +73,14 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
         # (a relative import names another runtime file, which the module carries as well)
         if line.startswith(("import ", "from ")) and "__future__" not in line and not line.startswith("from ."):
             assert f"\n{line}\n" in module, line
+
+
+def test_compat_modules_carry_their_runtime_verbatim():
+    """codegen/runtime/compat_host.py below its COPY marker is in every compat module as it is."""
+    from codegen import render
+    body = render.runtime_source("compat_host")
+    compat = sorted(name for name in GENERATED if name.startswith("generated/compat/") and not name.endswith("__init__.py"))
+    assert compat and all(body in GENERATED[name] and "\nimport re\n" in GENERATED[name] for name in compat)
 
 
 def test_plans_record_and_replay_with_a_stand_in_kernel(monkeypatch):

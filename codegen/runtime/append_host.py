@@ -62,7 +62,7 @@ def _append_launches(srcs: tuple, loc, cache, page_size: int, geo: dict, num_pag
     n_tokens, heads, values = srcs[0].shape
     knobs = LAUNCH["append"]
     args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))),
-            loc, n_tokens, num_pages * page_size, *cache)
+            loc, n_tokens, num_pages * page_size, *_kernel_cache(cache))
     # A big call's lone programs scan several entries each (few of a prefill's entries are alone).
     chunks = _next_pow2(_cdiv(n_tokens, knobs["lone_programs"]))
     columns = min(knobs["lone_columns"], _next_pow2(values))

@@ -78,6 +78,11 @@ def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.is_meta:
         raise ValueError(f"{name}: is a meta tensor (it holds no data)")
+    if t.layout is not torch.strided or t.is_nested:
+        raise ValueError(f"{name}: is a {'nested' if t.is_nested else t.layout} tensor; expected a dense (strided) one")
+    if t.is_neg() or t.is_conj():      # lazy views: the kernels read and write the stored bytes, not the view's values
+        raise ValueError(f"{name}: is a lazily negated or conjugated view; materialize it first "
+                         "(resolve_neg() / resolve_conj())")
     if dtypes is not None and t.dtype not in dtypes:
         raise ValueError(f"{name}: dtype {t.dtype} is not supported; use one of {', '.join(map(str, dtypes))}")
     if ndims is not None and t.dim() not in ndims:
@@ -111,7 +116,19 @@ def _check_rows(name: str, t, device, values=None) -> torch.Tensor:
         raise ValueError(f"{name}: expected {HEADS} head(s), got shape {tuple(t.shape)}")
     if values is not None and t.shape[2] != values:
         raise ValueError(f"{name}: expected {values} values per head, got shape {tuple(t.shape)}")
+    _check_head_offsets(name, t)
     return t
+
+
+def _check_head_offsets(name: str, t) -> None:
+    """A (T, heads, values) tensor whose rows the kernels reach: they take head * stride(1) + value
+    index in 32 bits where Triton passes the stride so (below 2**31), so rows that end 2**31
+    elements or more past their token's first are refused."""
+    reach = (t.shape[1] - 1) * t.stride(1) + t.shape[2] - 1
+    if t.stride(1) < 2 ** 31 <= reach:
+        raise ValueError(f"{name}: head {t.shape[1] - 1} ends {reach} elements past its token's first (heads "
+                         f"{t.stride(1)} apart), past the kernels' 32-bit head offsets (2**31 - 1); pass a tensor "
+                         "with closer heads (e.g. .contiguous())")
 
 
 def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
@@ -119,6 +136,10 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if type(cache) not in (tuple, Cache) and hasattr(type(cache), "_fields"):   # another layout's Cache
+        raise ValueError(f"cache: is a {type(cache).__module__}.{type(cache).__qualname__}, not this layout's "
+                         f"{LAYOUT}.Cache; pass its Cache (another layout's lays its bytes out another way) or a "
+                         "plain tuple of its fields")
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
@@ -128,6 +149,8 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         _check_tensor(f"cache.{field}", t, None, None, device)
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
+        if t.requires_grad:
+            raise ValueError(f"cache.{field}: requires grad; the kernels write caches in place, outside autograd (detach it)")
         nbytes = t.numel() * t.element_size()
         if 0 < nbytes < page_bytes:
             raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
@@ -146,6 +169,19 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         elif nbytes // page_bytes != num_pages:
             raise ValueError(f"cache.{field}: holds {nbytes // page_bytes} pages, the other tensors {num_pages}")
     return geo, num_pages
+
+
+# Tensor dtypes every supported Triton takes as typed pointers. The kernels address cache bytes
+# themselves, so a cache tensor of any other dtype (e8m0 scales, packed fp4, bits8) goes to them
+# as a uint8 view of its bytes.
+_POINTER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                             torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2})
+
+
+def _kernel_cache(cache: tuple) -> tuple:
+    """The (checked, contiguous) cache tensors as the kernels take them: uint8 views of the ones
+    whose dtype Triton does not take."""
+    return tuple(t if t.dtype in _POINTER_DTYPES else t.view(torch.uint8) for t in cache)
 
 
 def _check_given_scales(scales: tuple, device, heads: int) -> None:

@@ -46,13 +46,15 @@ def _index(value, name: str, least: int = 1) -> int:
 
 def _signature(tensors: tuple, scalars: tuple):
     """(key, pointers) of a call: the key of its launch plan holds every tensor's shape, strides,
-    dtype, device and pointer alignment (low 4 bits), the scalar arguments (with their types, so 64.0
-    is not 64) and the current CUDA device, in that order: a part per tensor, then the scalars, their
-    types and the device (_guard and _remember read them so). (None, None) when an argument is not a
-    tensor (the checked path then names it; tensors may be None for that)."""
+    dtype, device, pointer alignment (low 4 bits) and autograd and lazy-view state (requires_grad,
+    negated or conjugated: what the guard's check also holds), the scalar arguments (with their
+    types, so 64.0 is not 64) and the current CUDA device, in that order: a part per tensor, then
+    the scalars, their types and the device (_guard and _remember read them so). (None, None) when
+    an argument is not a tensor (the checked path then names it; tensors may be None for that)."""
     try:
         pointers = [t.data_ptr() for t in tensors]
-        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15) for t, p in zip(tensors, pointers)]
+        parts = [(t.shape, t.stride(), t.dtype, t.get_device(), p & 15, t.requires_grad, t.is_neg() or t.is_conj())
+                 for t, p in zip(tensors, pointers)]
         parts.append(scalars)
         parts.append(tuple(map(type, scalars)))
         parts.append(_current_device())
@@ -162,7 +164,8 @@ def _guards_sound() -> bool:
         return False
 
 
-_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype)     # scalars a guarded plan compares by value
+# Scalars a guarded plan compares by value (a type: the Cache class, so another layout's is not replayed).
+_PLAIN_SCALARS = (int, bool, float, type(None), torch.dtype, type)
 
 
 def _guard(tensors: tuple, key: tuple):

@@ -143,11 +143,12 @@ def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale
     if g.code is not None:
         flat[addr] = _ref_encode(scale, g.code)
         return
-    value = (scale if g.exact else _ref_exp2i(scale)).contiguous()
+    value = scale if g.exact else _ref_exp2i(scale)
     if g.poison:                 # a poisoned group's scale (NaN, or the exponent above the range): the canonical NaN
         nan = (value.isnan() if g.exact else scale > g.exponent_max)
         value = torch.where(nan, torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=value.device).view(torch.float32), value)
-    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.view(torch.uint8).view(*value.shape, 4)
+    # (flattened first: an empty tensor may have a last stride of 0, which a view to bytes refuses)
+    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.reshape(-1).view(torch.uint8).view(*scale.shape, 4)
 
 
 def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:

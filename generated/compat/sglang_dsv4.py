@@ -7,6 +7,10 @@ sglang python/sglang/srt/layers/attention/dsv4/dequant_k_cache.py (plus the writ
 """
 from __future__ import annotations
 
+import re
+
+import torch
+
 from .. import dsv4_k
 
 __all__ = ["dequantize_k_cache_paged", "dequantize_k_cache_paged_ref", "quantize_k_cache_paged"]
@@ -19,7 +23,10 @@ def dequantize_k_cache_paged(quant_k_cache, page_table_1_flattened, page_size, o
 
     Calls dsv4_k.gather_dequant.
     """
-    return dsv4_k.gather_dequant(cache=dsv4_k.Cache(k_cache=quant_k_cache), token_ids=page_table_1_flattened, page_size=page_size, out=out)
+    try:
+        return dsv4_k.gather_dequant(cache=dsv4_k.Cache(k_cache=quant_k_cache), token_ids=page_table_1_flattened, page_size=page_size, out=out)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'token_ids': 'page_table_1_flattened'}) from None
 
 
 def dequantize_k_cache_paged_ref(quant_k_cache, page_table_1_flattened, page_size):
@@ -27,7 +34,10 @@ def dequantize_k_cache_paged_ref(quant_k_cache, page_table_1_flattened, page_siz
 
     Calls dsv4_k.gather_dequant_ref.
     """
-    return dsv4_k.gather_dequant_ref(cache=dsv4_k.Cache(k_cache=quant_k_cache), token_ids=page_table_1_flattened, page_size=page_size)
+    try:
+        return dsv4_k.gather_dequant_ref(cache=dsv4_k.Cache(k_cache=quant_k_cache), token_ids=page_table_1_flattened, page_size=page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'token_ids': 'page_table_1_flattened'}) from None
 
 
 def quantize_k_cache_paged(k, loc, quant_k_cache, page_size):
@@ -38,4 +48,28 @@ def quantize_k_cache_paged(k, loc, quant_k_cache, page_size):
 
     Calls dsv4_k.quantize_store.
     """
-    return dsv4_k.quantize_store(k=k, loc=loc, cache=dsv4_k.Cache(k_cache=quant_k_cache), page_size=page_size)
+    try:
+        return dsv4_k.quantize_store(k=k, loc=loc, cache=dsv4_k.Cache(k_cache=quant_k_cache), page_size=page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'cache.k_cache': 'quant_k_cache'}) from None
+
+
+def _described(value) -> str:
+    """A value as an argument error describes it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _renamed(error: ValueError, names: dict) -> ValueError:
+    """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
+    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
+    the compat function's parameters, or the expressions it passed for them."""
+    head, sep, rest = str(error).partition(": ")
+    if not sep:
+        return error
+    for inner, outer in names.items():
+        if "." in inner or "_" in inner:
+            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+    return ValueError(f"{names.get(head, head)}{sep}{rest}")
+

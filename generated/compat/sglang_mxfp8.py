@@ -7,6 +7,7 @@ sglang python/sglang/kernels/ops/quantization/mxfp8_quant.py.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import torch
@@ -34,7 +35,18 @@ def from_mxfp8(x, out_dtype=torch.bfloat16):
 
     Calls mxfp8_kv.dequantize.
     """
-    return mxfp8_kv.dequantize(data=x.data, scale=x.scale, out_dtype=out_dtype)
+    try:
+        _data = x.data
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("x: cannot take x.data from " + _described(x)) from None
+    try:
+        _scale = x.scale
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("x: cannot take x.scale from " + _described(x)) from None
+    try:
+        return mxfp8_kv.dequantize(data=_data, scale=_scale, out_dtype=out_dtype)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'data': 'x.data', 'scale': 'x.scale'}) from None
 
 
 def quant_store_kv_mxfp8(k, v, loc, k_cache, v_cache, sfk, sfv, page_size=128):
@@ -44,7 +56,10 @@ def quant_store_kv_mxfp8(k, v, loc, k_cache, v_cache, sfk, sfv, page_size=128):
 
     Calls mxfp8_kv.quantize_store.
     """
-    return mxfp8_kv.quantize_store(k=k, v=v, loc=loc, cache=mxfp8_kv.Cache(k_cache=k_cache, k_sf=sfk, v_cache=v_cache, v_sf=sfv), page_size=page_size)
+    try:
+        return mxfp8_kv.quantize_store(k=k, v=v, loc=loc, cache=mxfp8_kv.Cache(k_cache=k_cache, k_sf=sfk, v_cache=v_cache, v_sf=sfv), page_size=page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'cache.k_cache': 'k_cache', 'cache.k_sf': 'sfk', 'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv'}) from None
 
 
 def update_mxfp8_v_cache_seqblocked(v, loc, v_cache, sfv):
@@ -55,4 +70,32 @@ def update_mxfp8_v_cache_seqblocked(v, loc, v_cache, sfv):
 
     Calls mxfp8_v_seqblocked.append.
     """
-    return mxfp8_v_seqblocked.append(v=v, loc=loc, cache=mxfp8_v_seqblocked.Cache(v_cache=v_cache, v_sf=sfv), page_size=v_cache.shape[1])
+    try:
+        _page_size = v_cache.shape[1]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("v_cache: cannot take v_cache.shape[1] from " + _described(v_cache)) from None
+    try:
+        return mxfp8_v_seqblocked.append(v=v, loc=loc, cache=mxfp8_v_seqblocked.Cache(v_cache=v_cache, v_sf=sfv), page_size=_page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv', 'page_size': 'v_cache.shape[1]'}) from None
+
+
+def _described(value) -> str:
+    """A value as an argument error describes it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _renamed(error: ValueError, names: dict) -> ValueError:
+    """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
+    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
+    the compat function's parameters, or the expressions it passed for them."""
+    head, sep, rest = str(error).partition(": ")
+    if not sep:
+        return error
+    for inner, outer in names.items():
+        if "." in inner or "_" in inner:
+            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+    return ValueError(f"{names.get(head, head)}{sep}{rest}")
+

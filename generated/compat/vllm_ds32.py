@@ -7,6 +7,10 @@ vllm csrc/cache_kernels.cu indexer_k_quant_and_cache (torch.ops._C_cache_ops).
 """
 from __future__ import annotations
 
+import re
+
+import torch
+
 from .. import ds32_indexer
 
 __all__ = ["indexer_k_quant_and_cache"]
@@ -26,4 +30,32 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
         raise ValueError("quant_block_size: " + repr(quant_block_size) + " is not supported here (supported: 128)")
     if scale_fmt not in ('', None):
         raise ValueError("scale_fmt: " + repr(scale_fmt) + " is not supported here (supported: '', None)")
-    return ds32_indexer.quantize_store(k=k, loc=slot_mapping, cache=ds32_indexer.Cache(k_cache=kv_cache), page_size=kv_cache.shape[1])
+    try:
+        _page_size = kv_cache.shape[1]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("kv_cache: cannot take kv_cache.shape[1] from " + _described(kv_cache)) from None
+    try:
+        return ds32_indexer.quantize_store(k=k, loc=slot_mapping, cache=ds32_indexer.Cache(k_cache=kv_cache), page_size=_page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}) from None
+
+
+def _described(value) -> str:
+    """A value as an argument error describes it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _renamed(error: ValueError, names: dict) -> ValueError:
+    """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
+    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
+    the compat function's parameters, or the expressions it passed for them."""
+    head, sep, rest = str(error).partition(": ")
+    if not sep:
+        return error
+    for inner, outer in names.items():
+        if "." in inner or "_" in inner:
+            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+    return ValueError(f"{names.get(head, head)}{sep}{rest}")
+

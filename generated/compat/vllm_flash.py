@@ -7,6 +7,10 @@ vllm csrc/cache_kernels.cu reshape_and_cache_flash (torch.ops._C_cache_ops), kv_
 """
 from __future__ import annotations
 
+import re
+
+import torch
+
 from .. import vllm_fp8
 
 __all__ = ["reshape_and_cache_flash"]
@@ -26,4 +30,32 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     """
     if kv_cache_dtype not in ('fp8', 'fp8_e4m3'):
         raise ValueError("kv_cache_dtype: " + repr(kv_cache_dtype) + " is not supported here (supported: 'fp8', 'fp8_e4m3')")
-    return vllm_fp8.quantize_store(k=key, v=value, loc=slot_mapping, cache=vllm_fp8.Cache(k_cache=key_cache, v_cache=value_cache), page_size=key_cache.shape[1], k_scale=k_scale, v_scale=v_scale)
+    try:
+        _page_size = key_cache.shape[1]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("key_cache: cannot take key_cache.shape[1] from " + _described(key_cache)) from None
+    try:
+        return vllm_fp8.quantize_store(k=key, v=value, loc=slot_mapping, cache=vllm_fp8.Cache(k_cache=key_cache, v_cache=value_cache), page_size=_page_size, k_scale=k_scale, v_scale=v_scale)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'k': 'key', 'v': 'value', 'loc': 'slot_mapping', 'cache.k_cache': 'key_cache', 'cache.v_cache': 'value_cache', 'page_size': 'key_cache.shape[1]'}) from None
+
+
+def _described(value) -> str:
+    """A value as an argument error describes it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _renamed(error: ValueError, names: dict) -> ValueError:
+    """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
+    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
+    the compat function's parameters, or the expressions it passed for them."""
+    head, sep, rest = str(error).partition(": ")
+    if not sep:
+        return error
+    for inner, outer in names.items():
+        if "." in inner or "_" in inner:
+            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+    return ValueError(f"{names.get(head, head)}{sep}{rest}")
+

@@ -7,6 +7,10 @@ vllm csrc/cache_kernels.cu concat_and_cache_mla / concat_and_cache_ds_mla_kernel
 """
 from __future__ import annotations
 
+import re
+
+import torch
+
 from .. import vllm_ds_mla
 
 __all__ = ["concat_and_cache_mla", "concat_and_cache_ds_mla"]
@@ -27,7 +31,14 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     """
     if kv_cache_dtype not in ('fp8_ds_mla',):
         raise ValueError("kv_cache_dtype: " + repr(kv_cache_dtype) + " is not supported here (supported: 'fp8_ds_mla')")
-    return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=kv_cache.shape[1])
+    try:
+        _page_size = kv_cache.shape[1]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("kv_cache: cannot take kv_cache.shape[1] from " + _described(kv_cache)) from None
+    try:
+        return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=_page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}) from None
 
 
 def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
@@ -37,4 +48,32 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
 
     Calls vllm_ds_mla.quantize_store.
     """
-    return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=kv_cache.shape[1])
+    try:
+        _page_size = kv_cache.shape[1]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        raise ValueError("kv_cache: cannot take kv_cache.shape[1] from " + _described(kv_cache)) from None
+    try:
+        return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=_page_size)
+    except ValueError as error:   # in this function's terms
+        raise _renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}) from None
+
+
+def _described(value) -> str:
+    """A value as an argument error describes it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _renamed(error: ValueError, names: dict) -> ValueError:
+    """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
+    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
+    the compat function's parameters, or the expressions it passed for them."""
+    head, sep, rest = str(error).partition(": ")
+    if not sep:
+        return error
+    for inner, outer in names.items():
+        if "." in inner or "_" in inner:
+            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+    return ValueError(f"{names.get(head, head)}{sep}{rest}")
+

@@ -1,0 +1,32 @@
+"""Host helpers every generated compat module carries: argument errors in the caller's terms.
+
+Everything below the COPY marker is copied into each compat module (which stays one standalone file
+beside the layout modules it imports), so it is ordinary, lintable Python here and reviewed once.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+# --- COPY: everything below is copied into each generated module ------------------------------
+
+
+def _described(value) -> str:
+    """A value as an argument error describes it: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _renamed(error: ValueError, names: dict) -> ValueError:
+    """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
+    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
+    the compat function's parameters, or the expressions it passed for them."""
+    head, sep, rest = str(error).partition(": ")
+    if not sep:
+        return error
+    for inner, outer in names.items():
+        if "." in inner or "_" in inner:
+            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+    return ValueError(f"{names.get(head, head)}{sep}{rest}")
