@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.floors needs a CUDA GPU", file=sys.stderr)
-        return 2
+        return 4                 # bad usage here (2 is a bad spec's code)
     copy_gbps = B.device_copy_gbps()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
           f"copy {copy_gbps:.0f} GB/s")

@@ -467,7 +467,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("kvlayout bench needs a CUDA GPU", file=sys.stderr)
-        return 2
+        return 4                 # bad usage here (2 is a bad spec's code)
     torch.manual_seed(0)
     copy_gbps = device_copy_gbps()
     floor = launch_floor_us()

@@ -1,7 +1,9 @@
 """Spec file -> validated model. All semantic checks live here; each names file:line:col."""
 from __future__ import annotations
 
+import ast
 import builtins
+import functools
 import hashlib
 import keyword
 import math
@@ -69,8 +71,43 @@ RESERVED_PLANES = frozenset({"loc", "cache", "page_size", "pdl", "tensors", "key
                              "torch", "triton", "tl", "functools", "inspect", "operator"}) | BUILTIN_NAMES
 
 
+@functools.cache
+def _module_names() -> frozenset:
+    """The functions a generated module defines whatever its spec says: the runtime's (codegen/runtime)
+    and the templates' own (a spec name that makes one of these again would redefine it)."""
+    here = Path(__file__).parent
+    names = set(re.findall(r"^def (_\w+)\(", "\n".join(t.read_text() for t in (here / "templates").glob("*.j2")), re.M))
+    for path in (here / "runtime").glob("*.py"):
+        names.update(n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
+    return frozenset(names)
+
+
+# The functions a layout's module defines per segment and per scale group (templates/_jit_*.j2, _ref_*.j2).
+SEGMENT_FUNCTIONS = ("_quantize_{}", "_dequantize_{}", "_store_{}", "_load_{}")
+GROUP_FUNCTIONS = ("_{}_exact_scale", "_{}_exponent", "_{}_load", "_{}_load_words", "_{}_store", "_ref_{}_row")
+
+
+def _check_derived_names(tree) -> None:
+    """Segment and scale group names may not make a function the module defines anyway (a segment
+    'segment' would make a second _quantize_segment, a group 'ref' a second _ref_exact_scale)."""
+    taken = dict.fromkeys(_module_names(), "the runtime")       # function -> what defines it
+    record = tree["record"]
+    named = [(seg["name"], seg.value_mark("name"), f"record[{i}].name", SEGMENT_FUNCTIONS, "segment")
+             for i, seg in enumerate(record) if "name" in seg]
+    named += [(name, tree["scales"].key_mark(name), f"scales.{name}", GROUP_FUNCTIONS, "scale group")
+              for name in tree["scales"]]
+    for name, mark, where, functions, kind in named:
+        for f in functions:
+            made = f.format(name)
+            if made in taken:
+                raise SpecError(mark, f"{where}: {name!r} would make the generated module define {made} a second "
+                                f"time (after {taken[made]})", f"rename the {kind}")
+        taken.update((f.format(name), where) for f in functions)
+
+
 def _check_names(tree) -> None:
     """Names that become Python identifiers in the generated module must be usable as such."""
+    _check_derived_names(tree)
     if keyword.iskeyword(tree["name"]) or tree["name"] == "compat":
         raise SpecError(tree.value_mark("name"), f"name: {tree['name']!r} cannot name a Python module here",
                         "choose another layout name (and file name)")
@@ -156,6 +193,14 @@ def build_layout(tree, display: str, digest: str) -> Layout:
             raise SpecError(tree["buffers"].key_mark(b.name), f"buffers.{b.name}: a buffer that holds every plane is a "
                             f"Cache field and kernel argument named {b.name!r}, a name the generated ops already use",
                             "rename the buffer, e.g. kv_cache")
+        # A buffer per plane is a Cache field and kernel argument <plane>_<name>: not a plane's output
+        # (<plane>_out) or strides.
+        fields = () if b.shared else tuple((p, f"{p}_{b.name}") for p in planes)
+        clash = next(((p, f) for p, f in fields if f in taken or f.startswith(tuple(f"{q}_stride" for q in planes))), None)
+        if clash is not None:
+            raise SpecError(tree["buffers"].key_mark(b.name), f"buffers.{b.name}: plane {clash[0]!r} would have it as the "
+                            f"Cache field and kernel argument {clash[1]}, a name the generated ops already use",
+                            "rename the buffer, e.g. cache")
     for s in segments:
         if s.raw is not None:
             _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks)
@@ -704,6 +749,10 @@ def _terms(rt, where, kind, extents, ctx, buffer, holds):
             raise SpecError(mark, f"{where}.order[{j}]: {coord!r} is not a coordinate of {holds}",
                             f"{holds} regions are ordered by {', '.join(wanted)}")
         n = int(n) if n else None
+        limit = language.MAX_HEADS if coord == "head" else language.MAX_VALUES
+        if n is not None and n > limit:
+            raise SpecError(mark, f"{where}.order[{j}]: splits {coord} by {n}, more than any {coord} extent "
+                            f"(at most {limit})", f"split {coord} by a number up to {limit}")
         seen.setdefault(coord, []).append((op, n, mark))
         extent = extents[coord]
         if op == "%":

@@ -129,6 +129,9 @@ def cmd_explain(args, project: config.Project) -> int:
         if value is not None:
             if value < 1:
                 raise UsageError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
+            fixed = {HEADS: layout.heads, VALUES: layout.values}.get(key)
+            if fixed is not None and fixed.is_const and fixed.const_value() != value:
+                raise UsageError(f"--{key}: {layout.name} has {fixed.const_value()} {key} (the spec fixes them), not {value}")
             sizes[key] = value
     try:
         if args.svg is not None:
@@ -194,7 +197,10 @@ def _spec_text(project: config.Project, name: str, like: str | None) -> str:
     if source is None:
         shipped = ", ".join(sorted(p.stem for p in _shipped_specs().glob("*.yaml")))
         raise UsageError(f"--like {like}: no such spec file, project spec or shipped spec (shipped: {shipped})")
-    text = source.read_text(encoding="utf-8")
+    try:
+        text = source.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--like {like}: {source} is not UTF-8 text (byte {exc.start}); a spec is") from None
     if re.search(r"^compat:", text, re.M):
         raise UsageError(f"--like {like}: a compat spec; new scaffolds layout specs")
     if not re.search(r"^name:.*$", text, re.M):
@@ -259,6 +265,9 @@ def cmd_init(args) -> int:
     text = CONFIG_TEMPLATE.format(specs=args.specs, output=args.output, package=package)
     path = root / config.CONFIG_FILE
     spec_dir = root / config.relative_folder(path, "specs", args.specs)      # (the config requires the folder to exist)
+    for folder in (spec_dir, root / config.relative_folder(path, "output", args.output)):
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{folder}: exists and is not a folder; nothing written")
     made = not spec_dir.exists()
     if made:
         spec_dir.mkdir(parents=True)
@@ -293,7 +302,12 @@ def cmd_bench(args, project: config.Project) -> int:
     if "--specs" not in rest:
         rest = ["--specs", str(project.spec_dir()), *rest]
     # GPU only for bench.run; both import torch and the generated modules
-    return _sibling("bench.host" if host else "bench.run").main(rest)
+    try:
+        return _sibling("bench.host" if host else "bench.run").main(rest)
+    except SystemExit as stop:               # argparse's usage error is 2, a bad spec's code here
+        if stop.code == 2:
+            return EXIT_USAGE
+        raise
 
 
 def _sibling(name: str):

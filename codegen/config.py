@@ -77,11 +77,19 @@ def relative_folder(path: Path, key: str, value) -> str:
     """A configured folder as a POSIX path relative to the config's folder (ConfigError if it is not one)."""
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{path}: {key} must be a non-empty string (a folder relative to {path.parent})")
+    if any(ord(c) < 32 or 127 <= ord(c) <= 159 or c in "\u2028\u2029" for c in value):
+        raise ConfigError(f"{path}: {key} = {value!r} holds a control character; name a plain folder")
     rel = PurePosixPath(value.replace("\\", "/"))
     if rel.is_absolute() or ".." in rel.parts:
         raise ConfigError(f"{path}: {key} = {value!r} must be a folder inside {path.parent} (relative, no '..')")
     if str(rel) == ".":
         raise ConfigError(f"{path}: {key} = {value!r} must name a folder below {path.parent}, not the root itself")
+    # A link on the way to a folder kvlayout writes may lead elsewhere: it must resolve inside the
+    # config's folder too (spec folders, only read, may be links to a shared checkout).
+    root = path.parent.resolve()
+    if key != "specs" and not (root / rel).resolve().is_relative_to(root):
+        raise ConfigError(f"{path}: {key} = {value!r} leads outside {path.parent} through a link "
+                          f"(to {(root / rel).resolve()}); name a folder inside it")
     return str(rel)
 
 

@@ -1,6 +1,8 @@
 """`kvlayout explain`: the resolved byte map of one layout for concrete sizes."""
 from __future__ import annotations
 
+import itertools
+
 from .expr import as_expr
 from .model import HEADS, PAGE_SIZE, VALUES, Layout
 
@@ -13,17 +15,27 @@ def accepts(layout: Layout, sizes: dict) -> bool:
 
 
 def default_sizes(layout: Layout) -> dict:
-    """Sizes to show a layout at: a page of at least 64 slots, 8 heads and 128 values where they are
-    free (or the first of 256, 512, ... values the layout's checks accept)."""
+    """Sizes to show a layout at: a page of at least 64 slots, and where they are free 8 heads and
+    128 values, else the first of a few round counts the layout's checks accept, else the first
+    count that they accept (a group of 48 values, heads split by 16)."""
     page = max(layout.page_size_multiple, 64)
     page = -(-page // layout.page_size_multiple) * layout.page_size_multiple
-    sizes = {PAGE_SIZE: page,
-             HEADS: layout.heads.const_value() if layout.heads.is_const else 8,
-             VALUES: layout.values.const_value() if layout.values.is_const else 128}
-    if not layout.values.is_const:
-        sizes[VALUES] = next((v for v in (128, 256, 512, 1024, 2048, 4096, 8192)
-                              if accepts(layout, {**sizes, VALUES: v})), 128)
-    return sizes
+    heads = (layout.heads.const_value(),) if layout.heads.is_const else _ROUND_HEADS
+    values = (layout.values.const_value(),) if layout.values.is_const else _ROUND_VALUES
+    all_heads = heads if layout.heads.is_const else (*heads, *range(1, _SEARCHED + 1))
+    all_values = values if layout.values.is_const else (*values, *range(1, _SEARCHED + 1))
+    pairs = itertools.chain(itertools.product(heads, values), itertools.product(heads, all_values),
+                            ((h, v) for v in values for h in all_heads),
+                            itertools.product(all_heads[:_BOTH_SEARCHED], all_values))
+    fits = (sizes for h, v in pairs if accepts(layout, sizes := {PAGE_SIZE: page, HEADS: h, VALUES: v}))
+    return next(fits, {PAGE_SIZE: page, HEADS: heads[0], VALUES: values[0]})
+
+
+# Counts default_sizes tries first where the layout leaves them free, and how far it then searches.
+_ROUND_HEADS = (8, 16, 32, 64, 1, 2, 4)
+_ROUND_VALUES = (128, 256, 512, 1024, 2048, 4096, 8192)
+_SEARCHED = 4096
+_BOTH_SEARCHED = 64          # heads tried against every value count, where neither round count fits
 
 
 # How often a call-time scale (group: tensor) occurs.

@@ -11,6 +11,7 @@ ANY = Str(enum=("any",))
 # Bounds on every size a spec states: far above any real layout, low enough that what the validator
 # accepts also compiles (Triton's tensors hold at most 2^20 elements) and fits an int32 offset.
 MAX_HEADS = 4096
+MAX_SEGMENTS = 64             # runs of a record (a real one has 1-4; each adds code to every kernel)
 MAX_VALUES = 1 << 16          # values of one segment or scale group, and scale entries per token
 MAX_GROUP_TOKENS = 1024       # slots that share one scale
 MAX_PAGE_SIZE = 1 << 16
@@ -25,7 +26,7 @@ RAW_DTYPES = tuple(formats.RAW_DTYPES)
 SCALE_FORMATS = tuple(formats.SCALE_FORMATS)
 SCALE_RULES = formats.RULES
 OPS = ("gather_dequant", "quantize_store", "quantize", "dequantize", "append")
-COORDINATE = r"(slot|head|scale|dim|block|plane)( (%|//) [1-9][0-9]*)?"
+COORDINATE = r"(slot|head|scale|dim|block|plane)( (%|//) [1-9][0-9]{0,5})?"       # splits by at most 999999
 
 SEGMENT = Obj(title="a record segment", fields={
     "name": Field(Str(pattern=IDENT, what="an identifier (a-z, 0-9, _; at most 64 characters)"), "name of this run of values (e.g. nope, rope)"),
@@ -178,7 +179,7 @@ LAYOUT = Obj(title="a layout spec", fields={
     "page": Field(PAGE, "page-size constraint and per-page byte padding", {"size_multiple_of": 1, "align": 1}),
     "slots": Field(SLOTS, "which slots are never written (negative slots and slots past the cache always are)",
                    {"sink": None}),
-    "record": Field(ListOf(OneOf((SEGMENT, INLINE_SCALES)), min_items=1),
+    "record": Field(ListOf(OneOf((SEGMENT, INLINE_SCALES)), min_items=1, max_items=MAX_SEGMENTS),
                     "the byte record of one token and head in byte order: segments of values, and the scales of groups "
                     "stored inline ({scales: <group>})"),
     "scales": Field(MapOf(SCALE_GROUP), "scale groups by name", {}),

@@ -67,10 +67,16 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
     return loader.construct_object(node, deep=True)
 
 
+MAX_DIGITS = 30              # digits of a number in a spec (a byte count or a floor needs far fewer)
+
+
 def _check_plain_scalar(node: yaml.ScalarNode, path: str) -> None:
     """Reject the plain scalars YAML 1.1 reads otherwise than a reader would (no -> false, 0576 ->
     382, 7:28 -> 448): the spec says what it means or quotes it."""
     text = node.value
+    if node.tag.endswith((":int", ":float")) and sum(c.isdigit() for c in text) > MAX_DIGITS:
+        raise SpecError(_mark(path, node), f"a number of {sum(c.isdigit() for c in text)} digits",
+                        f"a spec's numbers have at most {MAX_DIGITS} digits")
     if node.tag.endswith(":bool") and text.lower() not in ("true", "false"):
         raise SpecError(_mark(path, node), f"{text!r} is read as a boolean by YAML 1.1",
                         f"write true or false, or quote it ('{text}') for the word")
@@ -124,7 +130,9 @@ def _check_text(text: str, path: str) -> None:
     if len(text) > MAX_BYTES:
         raise SpecError(Mark(path, 1, 1), f"the file has {len(text)} characters; a spec is at most {MAX_BYTES}",
                         "is this the right file?")
-    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
+    # (C1 controls too, and U+2028/9: YAML 1.1 takes U+0085, U+2028 and U+2029 as line breaks that
+    # editors do not show, which can end a comment and start a key)
+    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]", text)
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
         col = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1

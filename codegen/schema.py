@@ -76,7 +76,8 @@ class Float(Type):
 
     def check(self, value, mark, where):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(value, mark, where, "write a number such as 1.0e-8 (YAML needs the '.' in 1.0e-8)")
+            self.fail(value, mark, where, "write a number such as 1.0e-8 or 1.0e+5 (YAML 1.1 needs the '.' and "
+                      "the exponent's sign)")
         if self.exclusive_minimum is not None and not value > self.exclusive_minimum:
             raise SpecError(mark, f"{where}: must be a number above {self.exclusive_minimum:g}, got {value!r}",
                             "use a positive number such as 1.0e-8" if self.exclusive_minimum == 0
@@ -203,7 +204,8 @@ class ListOf(Type):
         if len(value) < self.min_items:
             raise SpecError(mark, f"{where}: needs at least {self.min_items} item(s), got {len(value)}")
         if self.max_items is not None and len(value) > self.max_items:
-            raise SpecError(mark, f"{where}: takes at most {self.max_items} item(s), got {len(value)}")
+            raise SpecError(mark, f"{where}: takes at most {self.max_items} item(s), got {len(value)}",
+                            f"keep at most {self.max_items}")
         out = MarkedList(gather(lambda i=i, v=v: self.item.check(v, value.item_mark(i), f"{where}[{i}]")
                                 for i, v in enumerate(value)))
         out.mark, out.item_marks = value.mark, value.item_marks

@@ -169,12 +169,22 @@ def write(root: Path, files: dict, remove_orphans: bool, trees=(GENERATED,)) -> 
     outside = [rel for rel in files if not any(_in_tree(rel, t) for t in trees)]
     if outside:
         raise WriteError(f"{outside[0]}: outside the folders kvlayout writes ({', '.join(trees)}); nothing was written")
+    for tree in trees:                       # every tree's folder checked before any is written
+        _check_tree(root, tree)
     written, removed = [], []
     for tree in trees:
         w, r = _write_tree(root, tree, {rel: text for rel, text in files.items() if _in_tree(rel, tree)}, remove_orphans)
         written += w
         removed += r
     return written, removed
+
+
+def _check_tree(root: Path, tree_rel: str) -> None:
+    """A tree's folder must be a plain directory, or not exist yet (WriteError otherwise)."""
+    base = root / tree_rel
+    if base.is_symlink() or (base.exists() and not base.is_dir()):
+        raise WriteError(f"{tree_rel}: is {'a symlink' if base.is_symlink() else 'not a directory'}; "
+                         "kvlayout writes a plain directory there; nothing was written")
 
 
 def _write_tree(root: Path, tree_rel: str, files: dict, remove_orphans: bool) -> tuple:
@@ -185,9 +195,7 @@ def _write_tree(root: Path, tree_rel: str, files: dict, remove_orphans: bool) ->
     if not written and not removed:
         return [], []
     base = root / tree_rel
-    if base.is_symlink() or (base.exists() and not base.is_dir()):
-        raise WriteError(f"{tree_rel}: is {'a symlink' if base.is_symlink() else 'not a directory'}; "
-                         "kvlayout writes a plain directory there")
+    _check_tree(root, tree_rel)
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -213,6 +213,8 @@ def test_explain_rejects_sizes_the_spec_forbids():
     """Sizes the layout refuses are a bad argument (usage, exit 4), not a bad spec."""
     proc = kvlayout("explain", "specs/mxfp8_kv.yaml", "--page-size", "48")
     assert proc.returncode == 4 and "page_size must be a multiple of 32" in proc.stderr
+    proc = kvlayout("explain", "specs/dsv4_k.yaml", "--heads", "5")      # the spec fixes one head
+    assert proc.returncode == 4 and "--heads: dsv4_k has 1 heads (the spec fixes them), not 5" in proc.stderr
 
 
 def test_every_type_problem_of_a_file_is_reported(tmp_path):
@@ -305,3 +307,14 @@ def test_version_usage_errors_and_root_after_the_verb(tmp_path):
 def test_explain_refuses_a_compat_spec():
     proc = kvlayout("explain", "specs/compat/sglang_dsv4.yaml")
     assert proc.returncode == 4 and "is not a layout spec" in proc.stderr and "record:" not in proc.stdout
+
+
+def test_bench_usage_errors_are_exit_4_not_a_bad_specs_2():
+    """Without a GPU, or with an unknown option, bench is used wrongly (exit 4): 2 means a bad spec."""
+    import torch
+    proc = kvlayout("bench", "--bogus")
+    assert proc.returncode == 4 and "unrecognized arguments: --bogus" in proc.stderr, proc.stderr
+    if not torch.cuda.is_available():
+        for args in (("bench", "--quick"), ("bench", "--host")):
+            proc = kvlayout(*args)
+            assert proc.returncode == 4 and "needs a CUDA GPU" in proc.stderr, (args, proc.stderr)

@@ -86,6 +86,30 @@ def test_a_bad_config_is_one_line_and_exit_4(tmp_path, text, words):
         assert w in proc.stderr, (w, proc.stderr)
 
 
+def test_an_output_folder_that_leads_outside_through_a_link_is_refused(tmp_path):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "link").symlink_to(tmp_path / "outside")
+    (tmp_path / "project" / "kvlayout.toml").write_text('output = "link/gen"\npackage = "gen"\n')
+    proc = kv("generate", cwd=tmp_path / "project")
+    assert proc.returncode == 4 and "leads outside" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not any((tmp_path / "outside").iterdir())
+
+
+def test_a_tree_that_cannot_be_written_stops_generate_before_any_is(tmp_path):
+    """The pictures folder is a file: generate fails with one line and writes no tree, not even the
+    modules' (each tree is checked before any is written); a NUL in a folder name is a config error."""
+    assert kv("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "pics").write_text("a file")
+    (tmp_path / "kvlayout.toml").write_text((tmp_path / "kvlayout.toml").read_text() + 'svg = "pics"\n')
+    proc = kv("generate", cwd=tmp_path)
+    assert proc.returncode == 3 and "pics: is not a directory" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "generated" / "example.py").exists()
+    (tmp_path / "kvlayout.toml").write_text((tmp_path / "kvlayout.toml").read_text().replace('svg = "pics"', 'svg = "p\\u0000x"'))
+    proc = kv("generate", cwd=tmp_path)
+    assert proc.returncode == 4 and "control character" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_generate_writes_only_the_configured_trees_and_keeps_what_it_did_not_write(tmp_path):
     (tmp_path / "kvlayout.toml").write_text('output = "out/kv"\npackage = "kv"\nsvg = "pics"\n')
     (tmp_path / "specs").mkdir()
@@ -121,6 +145,13 @@ def test_this_repository_is_a_project_and_its_pictures_are_in_sync():
 
 # --- init, new, explain, diff ---------------------------------------------------------------------
 
+def test_init_into_an_output_path_that_is_a_file_writes_nothing(tmp_path):
+    (tmp_path / "generated").write_text("a file")
+    proc = kv("init", cwd=tmp_path)
+    assert proc.returncode == 4 and "exists and is not a folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["generated"]
+
+
 def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     proc = kv("init", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -132,6 +163,9 @@ def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     assert "name: mine\n" in (tmp_path / "specs" / "mine.yaml").read_text()
     assert kv("new", "mine", cwd=tmp_path).returncode == 4, "new never overwrites"
     assert kv("new", "bad-name", cwd=tmp_path).returncode == 4
+    (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    proc = kv("new", "x", "--like", str(tmp_path / "latin1.yaml"), cwd=tmp_path)
+    assert proc.returncode == 4 and "is not UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     proc = kv("new", "x", "--like", "nosuch", cwd=tmp_path)
     assert proc.returncode == 4 and "dsv4_k" in proc.stderr, "the shipped specs are listed"
     assert kv("new", "plain", cwd=tmp_path).returncode == 0

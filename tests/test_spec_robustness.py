@@ -43,7 +43,7 @@ def mutations():
             first + 1, ["not UTF-8"]
         yield f"{name}-utf16", text.encode("utf-16"), 1, ["not UTF-8"]
         yield f"{name}-binary", bytes(range(256)) * 4, None, ["not UTF-8"]
-        for char in ("\x00", "\x07", "\x1b"):
+        for char in ("\x00", "\x07", "\x1b", "\x85", "\u2028"):    # (U+0085, U+2028: YAML 1.1 line breaks)
             yield f"{name}-control-{ord(char)}", (text[:40] + char + text[40:]).encode(), None, ["control character"]
         yield f"{name}-alias", (text + "extra: &x [1]\nmore: *x\n").encode(), None, ["anchors"]
         yield f"{name}-merge", (text + "tuning:\n  <<: {a: 1}\n").encode(), None, ["merge keys"]
@@ -110,6 +110,30 @@ SEMANTIC = [
     ("values unbounded", edit(GOOD, "values: 448", "values: 1180591620717411303424"), "dsv4_k", ["values"]),
     ("align unbounded", edit(GOOD, "align: 576", "align: 1000000000000"), "dsv4_k", ["align"]),
     ("pad_to unbounded", edit(GOOD, "pad_to: 8", "pad_to: 1000000000000"), "dsv4_k", ["pad_to"]),
+    ("a number of 401 digits", edit(GOOD, "amax_floor: 1.0e-8", "amax_floor: 1" + "0" * 400), "dsv4_k",
+     ["a number of 401 digits", "at most 30"]),
+    ("a split past any extent", edit(SHIPPED["mxfp8_kv"], "{holds: x, order: [head, slot % 32",
+                                     "{holds: x, order: [head // 8192, head % 8192, slot % 32"), "mxfp8_kv",
+     ["splits head by 8192", "at most 4096"]),
+    ("too many segments", edit(GOOD, "  - {name: rope, values: 64, dtype: bf16}\n",
+                               "".join(f"  - {{name: r{i}, values: 1, dtype: bf16}}\n" for i in range(64))), "dsv4_k",
+     ["record", "at most 64"]),
+    # names that would make the module define a helper of its own a second time
+    ("segment named like a runtime helper", edit(GOOD, "{name: nope, values: 448", "{name: segment, values: 448"),
+     "dsv4_k", ["record[0].name", "_quantize_segment a second time"]),
+    ("segment named like a kernel", edit(GOOD, "{name: nope, values: 448", "{name: kernel, values: 448"), "dsv4_k",
+     ["record[0].name", "_quantize_kernel"]),
+    ("scale group named like the references' helpers", edit(edit(edit(GOOD, "scale: nope}", "scale: ref}"),
+                                                                 "  nope:\n    format", "  ref:\n    format"),
+                                                            "{holds: nope,", "{holds: ref,"), "dsv4_k",
+     ["scales.ref", "_ref_exact_scale a second time"]),
+    ("buffer named out", edit(GOOD, "  cache:                     #", "  out:                       #"), "dsv4_k",
+     ["buffers.out", "k_out"]),
+    ("a segment's and a group's helpers of one name", edit(edit(edit(edit(GOOD, "{name: rope,", "{name: y_load,"),
+                                                                     "scale: nope}", "scale: store_y}"),
+                                                                "  nope:\n    format", "  store_y:\n    format"),
+                                                           "{holds: nope,", "{holds: store_y,"), "dsv4_k",
+     ["scales.store_y", "_store_y_load a second time (after record[1].name)"]),
     ("num_warps not a power of two", edit(GOOD, "tuning:\n", "tuning:\n  gather_dequant: {num_warps: 3}\n"), "dsv4_k",
      ["num_warps", "power of two"]),
     ("block_tokens past Triton's tensors", edit(GOOD, "tuning:\n", "tuning:\n  gather_dequant: {block_tokens: 1048576}\n"),
@@ -352,6 +376,13 @@ COMPAT_BAD = [
      ["params[4]", "'dsv4_k'"]),
     ("function named like its layout", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: dsv4_k"),
      ["functions[2].name", "'dsv4_k'"]),
+    ("function named like the module's re", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: re"),
+     ["functions[2].name", "'re'"]),
+    ("function named like a helper", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: _renamed"),
+     ["functions[2].name", "'_renamed'"]),
+    ("param named like a helper", edit(COMPAT_GOOD, "params: [k, loc, quant_k_cache, page_size]",
+                                       "params: [k, loc, quant_k_cache, page_size, _described=None]"),
+     ["params[4]", "'_described'"]),
     ("duplicate function", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: dequantize_k_cache_paged"),
      ["functions[2].name", "second function named 'dequantize_k_cache_paged'", "functions[0]"]),
     ("require names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
@@ -412,3 +443,19 @@ def test_the_heaviest_malformed_specs_stay_within_memory_and_time(tmp_path):
     grown_kib, slowest = int(out[0]), float(out[1])
     assert grown_kib < 200 * 1024, f"{grown_kib / 1024:.0f} MB"
     assert slowest < 2.0, slowest
+
+
+def test_default_sizes_are_ones_the_layout_accepts(tmp_path):
+    """explain, the pictures and diff show a layout at sizes its checks accept, also where no round
+    count fits (a group of 48 values, heads split by 16)."""
+    from codegen import explain
+    from codegen.model import HEADS, VALUES
+    text = edit(edit(SHIPPED["mxfp8_kv"], "group: {values: 32}", "group: {values: 48}"),
+                "{holds: x, order: [head, slot % 32", "{holds: x, order: [head // 16, head % 16, slot % 32")
+    path = tmp_path / "specs" / "mxfp8_kv.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    layout = build.build_layout(*build.load_spec(path, tmp_path)[1:])
+    sizes = explain.default_sizes(layout)
+    assert explain.accepts(layout, sizes) and sizes[VALUES] % 48 == 0 and sizes[HEADS] % 16 == 0, sizes
+    assert "values=" in explain.explain(layout, sizes)
