@@ -61,6 +61,7 @@ def _env() -> jinja2.Environment:
     env.filters["pyrepr"] = repr
     env.filters["suffix"] = lambda xs, suffix: [f"{x}{suffix}" for x in xs]
     env.filters["wrap_params"] = wrap_params
+    env.filters["torch_dtypes"] = lambda names: "(" + ", ".join(f"torch.{n}" for n in names) + ("," if len(names) == 1 else "") + ")"
     env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"
     env.globals.update(FP32_BIAS=FP32_BIAS, FP32_MANTISSA_BITS=FP32_MANTISSA_BITS,
                        FP32_2POW_MINUS_127_BITS=1 << (FP32_MANTISSA_BITS - 1), op_params=op_params,
