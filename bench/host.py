@@ -169,10 +169,12 @@ def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs") -> lis
     seed_tensor = seed_mx.to_mxfp8(x512) if seeds else None
     out.append(("compat from_mxfp8", f"{DENSE_ROWS}x512", lambda: compat_mx.from_mxfp8(mx),
                 (lambda: seed_mx.from_mxfp8(seed_tensor)) if seeds else None))
+    # as sglang's pool calls it: token-major views of the fp8 caches, e8m0 scale buffers
+    pool = (kvc.k_cache.view(-1, heads, values), kvc.v_cache.view(-1, heads, values),
+            kvc.k_sf.view(torch.float8_e8m0fnu), kvc.v_sf.view(torch.float8_e8m0fnu))
     out.append(("compat quant_store_kv_mxfp8", f"{STORE_TOKENS} tok",
-                lambda: compat_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, kvc.k_cache, kvc.v_cache, kvc.k_sf, kvc.v_sf, page),
-                (lambda: seed_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, kvc.k_cache, kvc.v_cache, kvc.k_sf, kvc.v_sf, page))
-                if seeds else None))
+                lambda: compat_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, *pool, page),
+                (lambda: seed_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, *pool, page)) if seeds else None))
 
     # seq-blocked V: 256 rows of 8 heads x 128, one per sequence, into 1024 pages of 128
     sbc = sb.alloc_cache(1024, page, heads=heads, values=values, device="cuda")

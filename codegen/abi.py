@@ -212,6 +212,10 @@ def compare_compat(old, new) -> list:
             elif before_ok != after_ok:
                 changes.append(Change(spec, False, f"function {name}: {p} takes "
                                       f"{list(after_ok) if after_ok is not None else 'any value'} (was {list(before_ok)})"))
+        if a.raw_cache != b.raw_cache:
+            changes.append(Change(spec, a.raw_cache, f"function {name}: "
+                                  + ("flat and token-major cache tensors refused (raw_cache dropped)" if a.raw_cache
+                                     else "flat and token-major cache tensors taken (raw_cache)")))
         if a.args != b.args:
             changes.append(Change(spec, True, f"function {name}: the op's arguments {dict(a.args)} -> {dict(b.args)}"))
     return changes

@@ -952,6 +952,9 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                 _check_arg(v, param_names, args.value_mark(k), f"{where}.args.{k}")
                 src = passed(k, f"_{k}", v)
             rendered.append((k, src))
+        if f["raw_cache"] and "cache" not in wanted:
+            raise SpecError(f.key_mark("raw_cache"), f"{where}.raw_cache: {op} takes no cache",
+                            "remove raw_cache: (it is how the cache tensors of a writer or reader are passed)")
         if f["returns"] is not None and f["returns"] not in dict(types):
             raise SpecError(f.value_mark("returns"), f"{where}.returns: unknown type {f['returns']!r}",
                             "declare it under 'types:'")
@@ -963,7 +966,7 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
                                         op=op, args=tuple(rendered), returns=f["returns"],
                                         require=tuple((p, tuple(v)) for p, v in require.items()),
-                                        derived=tuple(derived), renames=tuple(renames)))
+                                        derived=tuple(derived), renames=tuple(renames), raw_cache=f["raw_cache"]))
         if layout_name not in used_layouts:
             used_layouts.append(layout_name)
     return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,

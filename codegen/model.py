@@ -790,6 +790,15 @@ class CompatFunction:
     derived: tuple = ()
     # (the op's argument name, the caller's parameter or expression): its ValueErrors say the latter
     renames: tuple = ()
+    raw_cache: bool = False       # the cache is passed as the layout's RawCache (seed-shaped buffers)
+
+    @property
+    def call_args(self) -> tuple:
+        """(op parameter, python source) as the call passes them: args, with the cache a RawCache
+        where asked."""
+        cache = f"{self.layout}.Cache("
+        return tuple((k, f"{self.layout}.RawCache({src[len(cache):]}" if self.raw_cache and k == "cache" else src)
+                     for k, src in self.args)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Buffers (planes k, v: each has its own buffers), each a run of pages:
 Slots: negative slots and slots past the cache are never written (read as zeros); slot 0 is a padding sink writers skip.
 
 API (the same shape in every kvlayout module; see README.md):
-  Cache, geometry, cache_shapes, alloc_cache
+  Cache (RawCache: the same tensors as a serving stack keeps them), geometry, cache_shapes, alloc_cache
   quantize_store(k, v, loc, cache, page_size) and quantize_store_ref (pure torch, same bytes)
   gather_dequant(cache, token_ids, page_size, out) and gather_dequant_ref (pure torch, same bytes)
   quantize(x) and quantize_ref (pure torch, same bytes)
@@ -62,6 +62,15 @@ class Cache(NamedTuple):
     k_sf: torch.Tensor
     v_cache: torch.Tensor
     v_sf: torch.Tensor
+
+
+class RawCache(Cache):
+    """The cache tensors as a serving stack may keep them: contiguous buffers of whole pages that may
+    also be token-major, (num_pages * page_size, ...) (e.g. a pool's view(-1, heads, values)), or
+    flat (1-D). The ops read the same bytes as from a Cache; but such a tensor records no page size,
+    so for it the page size is checked only as far as its bytes must hold whole pages."""
+
+    __slots__ = ()
 
 
 # The Cache field whose last two dims give (heads, values) where the spec leaves them to the tensors.
@@ -238,10 +247,11 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    if type(cache) not in (tuple, Cache) and hasattr(type(cache), "_fields"):   # another layout's Cache
+    if type(cache) not in (tuple, Cache, RawCache) and hasattr(type(cache), "_fields"):   # another layout's
         raise ValueError(f"cache: is a {type(cache).__module__}.{type(cache).__qualname__}, not this layout's "
                          f"{LAYOUT}.Cache; pass its Cache (another layout's lays its bytes out another way) or a "
                          "plain tuple of its fields")
+    raw = type(cache) is RawCache
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
@@ -261,9 +271,12 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
             raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
                              f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
         # The first dim counts pages, so a cache read or written with another page size than it
-        # was allocated for is caught even when its bytes happen to divide.
-        if t.dim() < 2 or t.shape[0] * page_bytes != nbytes:
-            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not (num_pages, ...) of {page_bytes}-byte pages "
+        # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
+        # instead be flat or count slots first.
+        if (t.dim() < 2 or t.shape[0] * page_bytes != nbytes) and not (
+                raw and (t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
+            forms = "(num_pages, ...), (num_pages * page_size, ...) or flat" if raw else "(num_pages, ...)"
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages "
                              f"for page_size={page_size}; pass the page_size it was allocated with "
                              "(see alloc_cache/cache_shapes)")
         if num_pages is None:

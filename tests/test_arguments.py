@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import DEVICE, ON_GPU
-from tests.corpus import generator, scaled_normal
+from tests.corpus import generator, random_bytes, scaled_normal
 from tests.harness import (LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
                            module, per_plane, sources)
 
@@ -505,3 +505,92 @@ def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():
     mx.quant_store_kv_mxfp8(x, x, loc, odd.k_cache, odd.v_cache, odd.k_sf.view(torch.float8_e8m0fnu),
                             odd.v_sf.view(torch.float8_e8m0fnu), 32)
     assert_same_cache(m, odd, cache, "e8m0 scale tensors")
+
+
+def _token_major(t: torch.Tensor, slots: int) -> torch.Tensor:
+    """A page-major cache tensor as a serving stack may keep it: its first dims (pages, page_size)
+    merged into slots where it has them, else (slots, rest) where its bytes divide (else as it is)."""
+    if t.dim() >= 3 and t.shape[0] * t.shape[1] == slots:
+        return t.view(slots, *t.shape[2:])
+    return t.view(slots, -1) if t.numel() % slots == 0 else t
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_a_raw_cache_takes_token_major_and_flat_tensors(name):
+    """A RawCache's tensors may be token-major or flat forms of the cache's bytes (as a serving stack
+    keeps them): every op writes, reads and resets the bytes it does through the page-major Cache,
+    replays included. A plain Cache refuses those forms, and a RawCache a tensor whose first dim
+    counts neither pages nor slots of the page size given."""
+    m = module(name)
+    heads, values, page = dims(m)
+    gen = generator(43)
+    base = fresh_cache(m, 3, page, heads, values, gen)
+    # (where heads or values come from the records tensor's last dims, it keeps them: token-major
+    # where its pages are, else page-major; flat, it would give none)
+    free = m.HEADS is None or m.VALUES is None
+    forms = {"token-major": lambda i, t: t if i == m._RECORDS_INDEX and free and t.shape[1] != page
+             else _token_major(t, 3 * page),
+             "flat": lambda i, t: t if i == m._RECORDS_INDEX and free else t.view(-1)}
+    rows = [scaled_normal((4, heads, values), gen).to(DEVICE) for _ in m.PLANES]
+    loc = torch.tensor([1, page + 2, 2 * page + 3, 5], device=DEVICE)
+    writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
+    want = clone(m, base)
+    if writer is not None:
+        writer(*sources(m, rows), loc, want, page, **given(m))
+    tried = []
+    for form, shaped in forms.items():
+        got = clone(m, base)
+        raw = m.RawCache(*(shaped(i, t) for i, t in enumerate(got)))
+        if all(a.shape == b.shape for a, b in zip(raw, got)):
+            continue                     # (no tensor of the layout has this form: bytes per page not per slot)
+        tried.append(form)
+        if any(t.shape[0] != 3 for t in raw):
+            raises(r"^cache\.\w+: shape .* is not \(num_pages, \.\.\.\) of", m.reset_pages, m.Cache(*raw),
+                   torch.tensor([0], device=DEVICE), page)
+        for _ in range(2):               # the second call replays where plans exist
+            if writer is not None:
+                writer(*sources(m, rows), loc, raw, page, **given(m))
+        assert_same_cache(m, got, want, f"{name} written through a {form} RawCache")
+        if "gather_dequant" in m.OPS:
+            for a, b in zip(per_plane(m, m.gather_dequant(raw, loc, page, **given(m))),
+                            per_plane(m, m.gather_dequant(want, loc, page, **given(m)))):
+                assert_same_bytes(a, b, f"{name} read through a {form} RawCache")
+        m.reset_pages(raw, torch.tensor([1], device=DEVICE), page)
+        assert all(int(t.view(torch.uint8).view(3, -1)[1].count_nonzero()) == 0 for t in got), form
+    assert tried, "no form differs from the page-major cache"
+    four = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
+    for t in four:
+        random_bytes(t, gen)
+    raises(r"^cache\.\w+: .*page_size=%d\b" % (2 * page), m.reset_pages, m.RawCache(*four), torch.tensor([0], device=DEVICE),
+           2 * page)
+
+
+def test_compat_writer_takes_sglangs_token_major_caches_and_flat_scales():
+    """sglang calls quant_store_kv_mxfp8 on its pool's token-major views (kc8.view(-1, h_kv, D)) with
+    e8m0 scale buffers, page-major or flat, at the default page_size=128, as the seed takes them: the
+    bytes are the page-major call's. A token-major cache that is no whole number of 128-slot pages
+    is refused, naming the cache parameter."""
+    mx = pytest.importorskip("generated.compat.sglang_mxfp8")
+    m = module("mxfp8_kv")
+    gen = generator(44)
+    pages, page, heads, values = 3, 128, 2, 64
+    base = fresh_cache(m, pages, page, heads, values, gen)
+    k, v = (scaled_normal((6, heads, values), gen).to(DEVICE) for _ in range(2))
+    loc = torch.tensor([0, 1, 127, 128, 300, 383], device=DEVICE)
+    want = clone(m, base)
+    m.quantize_store(k, v, loc, want, page)
+    for form in ("page-major e8m0 scales", "flat e8m0 scales"):
+        got = clone(m, base)
+        sf = [t.view(torch.float8_e8m0fnu) for t in (got.k_sf, got.v_sf)]
+        if form.startswith("flat"):
+            sf = [t.view(-1) for t in sf]
+        mx.quant_store_kv_mxfp8(k, v, loc, got.k_cache.view(-1, heads, values), got.v_cache.view(-1, heads, values), *sf)
+        assert_same_cache(m, got, want, f"token-major caches, {form}")
+    four = m.alloc_cache(4, 32, heads=heads, values=values, device=DEVICE)     # one page of 128 slots in bytes
+    raises(r"^sfk: shape \(4, 2, 32, 1, 2\) is not \(num_pages, \.\.\.\), \(num_pages \* page_size, \.\.\.\) or flat of "
+           r"512-byte pages for page_size=128", mx.quant_store_kv_mxfp8, k, v, loc % 128,
+           four.k_cache.view(-1, heads, values), four.v_cache.view(-1, heads, values), four.k_sf, four.v_sf)
+    small = m.alloc_cache(5, 32, heads=heads, values=values, device=DEVICE)
+    raises(r"^k_cache: .* not a whole number of 16384-byte pages \(page_size=128\)", mx.quant_store_kv_mxfp8, k, v,
+           loc % 160, small.k_cache.view(-1, heads, values), small.v_cache.view(-1, heads, values), small.k_sf.view(-1),
+           small.v_sf.view(-1))

@@ -459,3 +459,24 @@ def test_default_sizes_are_ones_the_layout_accepts(tmp_path):
     sizes = explain.default_sizes(layout)
     assert explain.accepts(layout, sizes) and sizes[VALUES] % 48 == 0 and sizes[HEADS] % 16 == 0, sizes
     assert "values=" in explain.explain(layout, sizes)
+
+
+def test_raw_cache_only_where_the_op_takes_a_cache(tmp_path):
+    """raw_cache: true on a function whose op takes no cache (to_mxfp8 calls quantize) is a spec
+    error at its key; on a writer it is the shipped spec."""
+    from codegen import pipeline
+    (tmp_path / "specs" / "compat").mkdir(parents=True)
+    for name in ("mxfp8_kv", "mxfp8_v_seqblocked"):
+        (tmp_path / "specs" / f"{name}.yaml").write_text(SHIPPED[name])
+    shipped = (ROOT / "specs" / "compat" / "sglang_mxfp8.yaml").read_text()
+    assert "    raw_cache: true\n" in shipped
+    spec = tmp_path / "specs" / "compat" / "sglang_mxfp8.yaml"
+    spec.write_text(edit(shipped, "    call: mxfp8_kv.quantize\n", "    call: mxfp8_kv.quantize\n    raw_cache: true\n"))
+    with pytest.raises(pipeline.SpecErrors) as err:
+        pipeline.build_all(tmp_path)
+    (only,) = err.value.errors
+    rendered = only.render()
+    assert re.match(r"specs/compat/sglang_mxfp8\.yaml:\d+:\d+: functions\[0\]\.raw_cache: quantize takes no cache",
+                    rendered), rendered
+    spec.write_text(shipped)
+    pipeline.build_all(tmp_path)

@@ -20,7 +20,7 @@ PLANES: tuple = ()
 LAUNCH: dict = {}
 INDEX_DTYPES = (torch.int32, torch.int64)
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-Cache = tuple
+Cache = RawCache = tuple
 _PLANS: dict = {}
 _RECORDS_FIELD, _RECORDS_INDEX = "cache.stand_in", 0
 _PAGE_BYTES_NAMES: tuple = ()
@@ -136,10 +136,11 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     tensor that gave heads and values, for size errors (None: the cache's records tensor)."""
     if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
         raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    if type(cache) not in (tuple, Cache) and hasattr(type(cache), "_fields"):   # another layout's Cache
+    if type(cache) not in (tuple, Cache, RawCache) and hasattr(type(cache), "_fields"):   # another layout's
         raise ValueError(f"cache: is a {type(cache).__module__}.{type(cache).__qualname__}, not this layout's "
                          f"{LAYOUT}.Cache; pass its Cache (another layout's lays its bytes out another way) or a "
                          "plain tuple of its fields")
+    raw = type(cache) is RawCache
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
@@ -159,9 +160,12 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
             raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
                              f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
         # The first dim counts pages, so a cache read or written with another page size than it
-        # was allocated for is caught even when its bytes happen to divide.
-        if t.dim() < 2 or t.shape[0] * page_bytes != nbytes:
-            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not (num_pages, ...) of {page_bytes}-byte pages "
+        # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
+        # instead be flat or count slots first.
+        if (t.dim() < 2 or t.shape[0] * page_bytes != nbytes) and not (
+                raw and (t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
+            forms = "(num_pages, ...), (num_pages * page_size, ...) or flat" if raw else "(num_pages, ...)"
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages "
                              f"for page_size={page_size}; pass the page_size it was allocated with "
                              "(see alloc_cache/cache_shapes)")
         if num_pages is None:
