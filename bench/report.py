@@ -94,6 +94,11 @@ def _add(host: dict, row: dict) -> float:
     return row.get("add_us", host["torch_add_us"])
 
 
+def _over_two(ratios: dict) -> list:
+    """The ops whose ratio to torch.add is over 2 as printed (two decimals), largest first."""
+    return sorted((op for op, x in ratios.items() if round(x, 2) > 2), key=lambda op: -ratios[op])
+
+
 def compat_table(host: dict) -> list:
     """The compat ops' host time per eager call beside their seeds' (`bench --host --seeds`), and a
     line on the generated ops' ratios to the yardstick."""
@@ -110,7 +115,7 @@ def compat_table(host: dict) -> list:
             lines.append(f"| {r['op'].removeprefix('compat ')} | {r['size']} | {r['seed_host_us']:.1f} | "
                          f"{r['host_us']:.1f} | {r['host_us'] / _add(host, r):.2f} |")
     ratios = {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
-    over = sorted((op for op, x in ratios.items() if x > 2), key=lambda op: -ratios[op])
+    over = _over_two(ratios)
     lines += ["", f"Generated ops (every layout's, {len(ratios)}): {min(ratios.values()):.2f}-"
               f"{max(ratios.values()):.2f}x torch.add, median {statistics.median(ratios.values()):.2f}x; "
               f"{len(ratios) - len(over)} at most 2x" +
@@ -155,11 +160,11 @@ def breakdown_table(host: dict) -> list:
 def host_misses(host: dict) -> list:
     """The generated ops over 2x torch.add in the host run, and the floors that bound them (one line)."""
     ratios = {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
-    over = sorted((op for op, x in ratios.items() if x > 2), key=lambda op: -ratios[op])
+    over = _over_two(ratios)
     least = host.get("floors")
-    if not over or not least:
+    finds = [r["find_us"] for r in host.get("breakdown", ()) if r["replayed"] and r["op"].endswith(".gather_dequant")]
+    if not over or not least or not finds:
         return []
-    finds = [r["find_us"] for r in host["breakdown"] if r["replayed"] and r["op"].endswith(".gather_dequant")]
     two = (least["launch_us"] + 2 * least["empty_strided_us"]) / least["add_us"]
     return [f"eager host time at most 2x torch.add: {', '.join(f'{op} {ratios[op]:.2f}' for op in over)} in this "
             "run (the two-plane gathers called without out= are the ones over in most runs: 2.0-2.4x; a row's ratio "

@@ -37,9 +37,14 @@ def spec_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def display_path(path: Path, root: Path) -> str:
+    """How messages name a spec file: relative to the project root where it lies inside it."""
+    return path.relative_to(root).as_posix() if path.is_absolute() and path.is_relative_to(root) else path.as_posix()
+
+
 def load_spec(path: Path, root: Path):
     """Read and type-check one spec; returns ('layout' | 'compat', tree, display path, digest)."""
-    display = path.relative_to(root).as_posix() if path.is_absolute() and path.is_relative_to(root) else path.as_posix()
+    display = display_path(path, root)
     data = path.read_bytes()
     if len(data) > marked_yaml.MAX_BYTES:
         raise SpecError(Mark(display, 1, 1), f"the file has {len(data)} bytes; a spec is at most {marked_yaml.MAX_BYTES}",
@@ -854,6 +859,12 @@ def _check_alignment(region: Region, buffers, size: int, subject: str, tree, che
 
 # --- compat modules -------------------------------------------------------------------------------
 
+# The torch names a compat parameter's default may be: the dtypes a caller passes for out_dtype-like
+# parameters (any other torch.<name> could fail at the generated module's import).
+TORCH_DEFAULTS = frozenset({"bfloat16", "float16", "float32", "float64", "half", "float", "double", "uint8", "int8",
+                            "int16", "int32", "int64", "bool", "float8_e4m3fn", "float8_e5m2"})
+
+
 def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
     stem = Path(display).stem
     if tree["compat"] != stem:
@@ -899,6 +910,10 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
             if keyword.iskeyword(name) or name in module_names or name.startswith("_"):
                 raise SpecError(mark, f"{where}.params[{j}]: {name!r} is a Python keyword or a name the generated module "
                                 "uses itself (its own names start with '_')", "rename the parameter")
+            if default.startswith("torch.") and default[len("torch."):] not in TORCH_DEFAULTS:
+                raise SpecError(mark, f"{where}.params[{j}]: default {default} is not one of the torch dtypes a "
+                                "default may be (another torch name could fail the module's import)",
+                                f"one of {', '.join(f'torch.{d}' for d in sorted(TORCH_DEFAULTS))}")
             if not default and params and params[-1][1] is not None:
                 raise SpecError(mark, f"{where}.params[{j}]: {name!r} has no default but follows a parameter with one",
                                 f"give it a default ({name}=None) or move it before {params[-1][0]!r}")
@@ -955,6 +970,12 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         if f["raw_cache"] and "cache" not in wanted:
             raise SpecError(f.key_mark("raw_cache"), f"{where}.raw_cache: {op} takes no cache",
                             "remove raw_cache: (it is how the cache tensors of a writer or reader are passed)")
+        size_from = re.match(r"([a-z_][a-z0-9_]*)\.shape\[", str(args.get("page_size", "")))
+        if f["raw_cache"] and size_from and size_from.group(1) in args["cache"].values():
+            raise SpecError(f.key_mark("raw_cache"), f"{where}.raw_cache: page_size is read off the cache tensor "
+                            f"{size_from.group(1)}'s shape, which a RawCache's token-major or flat tensor does not "
+                            "hold (its shape[1] would be the head count)",
+                            "remove raw_cache: or pass page_size as a parameter")
         if f["returns"] is not None and f["returns"] not in dict(types):
             raise SpecError(f.value_mark("returns"), f"{where}.returns: unknown type {f['returns']!r}",
                             "declare it under 'types:'")

@@ -49,13 +49,20 @@ def _report(errors, form: str = "text") -> int:
                           for p in problems], indent=1))
     elif form == "github":
         for p in problems:
-            where = f"file={p.mark.path},line={p.mark.line},col={p.mark.col}," if p.mark else ""
+            where = f"file={_github(p.mark.path, True)},line={p.mark.line},col={p.mark.col}," if p.mark else ""
             text = f"{p.message} (fix: {p.fix})" if p.fix else p.message
-            print(f"::error {where}title=kvlayout::{text.replace('%', '%25').replace(chr(10), '%0A')}")
+            print(f"::error {where}title=kvlayout::{_github(text)}")
     else:
         for err in errors:
             print(err.render(), file=sys.stderr)
     return EXIT_BAD_SPEC
+
+
+def _github(text: str, prop: bool = False) -> str:
+    """Text in a GitHub Actions workflow command: %, CR and LF escaped, and in a property (file=) also
+    the ':' and ',' that would end it."""
+    text = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
 def cmd_lint(args, project: config.Project) -> int:
@@ -157,7 +164,7 @@ def cmd_diff(args, project: config.Project) -> int:
     try:
         changes = abi.diff(project, args.against)
     except pipeline.SpecErrors as exc:
-        return _report(exc.errors)
+        return _report(exc.errors, args.format)
     except abi.GitError as err:
         raise UsageError(str(err)) from None
     breaking = sum(c.breaking for c in changes)

@@ -72,12 +72,15 @@ def build_all(project, paths=None) -> tuple:
     """Validate specs into models: returns ({name: Layout}, {name: Compat}). Raises SpecErrors."""
     project = project_of(project)
     root = project.root
-    paths = spec_files(project) if paths is None else [resolve(project, p) for p in paths]
-    errors, layouts, compats, pending = [], {}, {}, []
+    # (a spec named twice on the command line is read once: else it would clash with its own name)
+    paths = spec_files(project) if paths is None else list(dict.fromkeys(resolve(project, p) for p in paths))
+    errors, layouts, compats, pending, failed = [], {}, {}, [], set()
     for path in paths:
+        if path.parent.name != COMPAT:
+            failed.add(path.stem)            # (until it builds)
         try:
             if not path.is_file():
-                raise SpecError(Mark(str(path), 1, 1), "no such spec file")
+                raise SpecError(Mark(build.display_path(path, root), 1, 1), "no such spec file")
             kind, tree, display, digest = build.load_spec(path, root)
             _check_place(project, path, kind, display)
             if kind == "layout":
@@ -87,6 +90,7 @@ def build_all(project, paths=None) -> tuple:
                                     f"{layouts[layout.name].spec_path}; spec names are unique across spec folders",
                                     "rename one of the two files (and its name:)")
                 layouts[layout.name] = layout
+                failed.discard(path.stem)
             else:
                 pending.append((tree, display, digest))
         except SpecError as err:
@@ -103,7 +107,10 @@ def build_all(project, paths=None) -> tuple:
                 layouts.setdefault(layout.name, layout)
             except SpecError as err:
                 errors.append(err)
+                failed.add(path.stem)
         for tree, display, digest in pending:
+            if {f["call"].split(".")[0] for f in tree["functions"]} & (failed - set(layouts)):
+                continue        # it calls a layout whose spec failed: that spec's errors say why
             try:
                 if tree["compat"] in layouts:
                     raise SpecError(tree.value_mark("compat"), f"compat: {tree['compat']!r} is also a layout's name "

@@ -387,6 +387,14 @@ def test_rows_whose_heads_lie_past_32_bit_offsets_are_refused():
     m.quantize_store(x[:, :2], rows[:, :2], loc, m.alloc_cache(2, page, heads=2, values=values, device=DEVICE), page)   # 2**30 in: fine
 
 
+def assert_same_reads(m, cache, want, ids, page: int, what: str) -> None:
+    """Where the layout has gather_dequant: the rows of `ids` read from both caches are the same bytes."""
+    if "gather_dequant" in m.OPS:
+        for a, b in zip(per_plane(m, m.gather_dequant(cache, ids, page, **given(m))),
+                        per_plane(m, m.gather_dequant(want, ids, page, **given(m)))):
+            assert_same_bytes(a, b, what)
+
+
 @pytest.mark.parametrize("name", cases("quantize_store") + cases("append"))
 def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
     """Cache tensors may hold any dtype (the kernels address bytes): a 1-byte field viewed as
@@ -402,10 +410,7 @@ def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
     for cache in (plain, odd):
         writer(*sources(m, rows), loc, cache, page, **given(m))
     assert_same_cache(m, odd, plain, f"{name} written through float8_e8m0fnu views")
-    if "gather_dequant" in m.OPS:
-        for a, b in zip(per_plane(m, m.gather_dequant(odd, loc, page, **given(m))),
-                        per_plane(m, m.gather_dequant(plain, loc, page, **given(m)))):
-            assert_same_bytes(a, b, f"{name} read through float8_e8m0fnu views")
+    assert_same_reads(m, odd, plain, loc, page, f"{name} read through float8_e8m0fnu views")
     pages = torch.tensor([1], device=DEVICE)
     m.reset_pages(odd, pages, page)
     m.reset_pages(plain, pages, page)
@@ -551,10 +556,7 @@ def test_a_raw_cache_takes_token_major_and_flat_tensors(name):
             if writer is not None:
                 writer(*sources(m, rows), loc, raw, page, **given(m))
         assert_same_cache(m, got, want, f"{name} written through a {form} RawCache")
-        if "gather_dequant" in m.OPS:
-            for a, b in zip(per_plane(m, m.gather_dequant(raw, loc, page, **given(m))),
-                            per_plane(m, m.gather_dequant(want, loc, page, **given(m)))):
-                assert_same_bytes(a, b, f"{name} read through a {form} RawCache")
+        assert_same_reads(m, raw, want, loc, page, f"{name} read through a {form} RawCache")
         m.reset_pages(raw, torch.tensor([1], device=DEVICE), page)
         assert all(int(t.view(torch.uint8).view(3, -1)[1].count_nonzero()) == 0 for t in got), form
     assert tried, "no form differs from the page-major cache"

@@ -318,3 +318,20 @@ def test_bench_usage_errors_are_exit_4_not_a_bad_specs_2():
         for args in (("bench", "--quick"), ("bench", "--host")):
             proc = kvlayout(*args)
             assert proc.returncode == 4 and "needs a CUDA GPU" in proc.stderr, (args, proc.stderr)
+
+
+def test_lint_names_specs_as_given_and_reads_a_spec_named_twice_once(tmp_path):
+    """A spec named twice on the command line (also as ./path) is read once, not a clash with its own
+    name; a missing spec file is named relative to the root, as every other problem is."""
+    root = with_spec(tmp_path, GOOD)
+    proc = kvlayout("lint", "specs/dsv4_k.yaml", "./specs/dsv4_k.yaml", str(root / "specs" / "dsv4_k.yaml"), root=root)
+    assert proc.returncode == 0 and "1 spec(s) OK" in proc.stdout, proc.stderr
+    proc = kvlayout("lint", "specs/nope.yaml", root=root)
+    assert proc.returncode == 2 and proc.stderr.startswith("specs/nope.yaml:1:1: no such spec file"), proc.stderr
+
+
+def test_github_annotations_escape_what_ends_their_fields():
+    """GitHub workflow commands: %, CR and LF escaped in the message; ':' and ',' too in file=."""
+    from codegen import cli
+    assert cli._github("a%b\r\nc: d, e") == "a%25b%0D%0Ac: d, e"
+    assert cli._github("my,specs/x:y.yaml", True) == "my%2Cspecs/x%3Ay.yaml"

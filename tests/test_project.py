@@ -203,6 +203,18 @@ def _git_project(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_reports_a_bad_spec_in_the_format_asked(tmp_path):
+    import json
+    root = _git_project(tmp_path)
+    spec = root / "specs" / "dsv4_k.yaml"
+    spec.write_text(edit(spec.read_text(), "heads: 1", "heads: one"))
+    proc = kv("diff", "--against", "HEAD", "--format", "json", cwd=root)
+    assert proc.returncode == 2, proc.stderr
+    (found,) = json.loads(proc.stdout)
+    assert (found["file"], found["line"]) == ("specs/dsv4_k.yaml", 9) and found["fix"], found
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
 def test_diff_classifies_breaking_and_compatible_changes(tmp_path):
     root = _git_project(tmp_path)
     assert kv("diff", "--against", "HEAD", cwd=root).returncode == 0
@@ -281,14 +293,18 @@ def test_diff_of_compat_calls(tmp_path):
              ("MXFP8Tensor: [data, scale]", "MXFP8Tensor: [scale, data]", True, "type MXFP8Tensor: fields"),
              ("    returns: MXFP8Tensor\n", "", True, "returns MXFP8Tensor -> the op result"),
              ("params: [x]\n", "params: [x, y=None]\n", False, "parameter y added (default None)"),
-             ("    raw_cache: true\n", "", True, "quant_store_kv_mxfp8: flat and token-major cache tensors refused"),
-             ("    call: mxfp8_v_seqblocked.append\n", "    call: mxfp8_v_seqblocked.append\n    raw_cache: true\n", False,
-              "update_mxfp8_v_cache_seqblocked: flat and token-major cache tensors taken")]
+             ("    raw_cache: true\n", "", True, "quant_store_kv_mxfp8: flat and token-major cache tensors refused")]
     for old, new, breaking, words in cases:
         spec.write_text(edit(good, old, new))
         proc = kv("diff", "--against", "HEAD", cwd=root)
         assert proc.returncode == int(breaking) and words in proc.stdout, (old, proc.stdout, proc.stderr)
     spec.write_text(good)
+    dsv4 = root / "specs" / "compat" / "sglang_dsv4.yaml"
+    good = dsv4.read_text()
+    dsv4.write_text(edit(good, "    call: dsv4_k.gather_dequant\n", "    call: dsv4_k.gather_dequant\n    raw_cache: true\n"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 0 and "dequantize_k_cache_paged: flat and token-major cache tensors taken" in proc.stdout
+    dsv4.write_text(good)
     vllm = root / "specs" / "compat" / "vllm_ds32.yaml"
     good = vllm.read_text()
     for old, new, breaking in (('scale_fmt: ["", null]', 'scale_fmt: [""]', True),

@@ -385,6 +385,9 @@ COMPAT_BAD = [
      ["params[4]", "'_described'"]),
     ("duplicate function", edit(COMPAT_GOOD, "name: quantize_k_cache_paged", "name: dequantize_k_cache_paged"),
      ["functions[2].name", "second function named 'dequantize_k_cache_paged'", "functions[0]"]),
+    ("unknown torch default", edit(COMPAT_GOOD, "params: [k, loc, quant_k_cache, page_size]",
+                                   "params: [k, loc, quant_k_cache, page_size, dtype=torch.bfloat17]"),
+     ["params[4]", "torch.bfloat17 is not one of the torch dtypes", "torch.bfloat16"]),
     ("require names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
                                         "    params: [k, loc, quant_k_cache, page_size]\n    require: {pagesize: [64]}\n"),
      ["functions[2].require", "'pagesize' is not a parameter"]),
@@ -462,8 +465,9 @@ def test_default_sizes_are_ones_the_layout_accepts(tmp_path):
 
 
 def test_raw_cache_only_where_the_op_takes_a_cache(tmp_path):
-    """raw_cache: true on a function whose op takes no cache (to_mxfp8 calls quantize) is a spec
-    error at its key; on a writer it is the shipped spec."""
+    """raw_cache: true on a function whose op takes no cache (to_mxfp8 calls quantize), or whose
+    page_size is a cache tensor's shape[1] (a token-major tensor's is its head count), is a spec error
+    at its key; on a writer given page_size it is the shipped spec."""
     from codegen import pipeline
     (tmp_path / "specs" / "compat").mkdir(parents=True)
     for name in ("mxfp8_kv", "mxfp8_v_seqblocked"):
@@ -478,5 +482,10 @@ def test_raw_cache_only_where_the_op_takes_a_cache(tmp_path):
     rendered = only.render()
     assert re.match(r"specs/compat/sglang_mxfp8\.yaml:\d+:\d+: functions\[0\]\.raw_cache: quantize takes no cache",
                     rendered), rendered
+    spec.write_text(edit(shipped, "    call: mxfp8_v_seqblocked.append\n",
+                         "    call: mxfp8_v_seqblocked.append\n    raw_cache: true\n"))
+    with pytest.raises(pipeline.SpecErrors) as err:
+        pipeline.build_all(tmp_path)
+    assert "functions[3].raw_cache: page_size is read off the cache tensor v_cache's shape" in err.value.errors[0].render()
     spec.write_text(shipped)
     pipeline.build_all(tmp_path)

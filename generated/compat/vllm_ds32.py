@@ -27,9 +27,9 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
     Calls ds32_indexer.quantize_store.
     """
     if quant_block_size not in (128,):
-        raise ValueError("quant_block_size: " + repr(quant_block_size) + " is not supported here (supported: 128)")
+        raise ValueError(f"quant_block_size: {quant_block_size!r} is not supported here (supported: 128)")
     if scale_fmt not in ('', None):
-        raise ValueError("scale_fmt: " + repr(scale_fmt) + " is not supported here (supported: '', None)")
+        raise ValueError(f"scale_fmt: {scale_fmt!r} is not supported here (supported: '', None)")
     try:
         _page_size = kv_cache.shape[1]
     except (AttributeError, IndexError, KeyError, TypeError):

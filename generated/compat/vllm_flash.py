@@ -29,7 +29,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     Calls vllm_fp8.quantize_store.
     """
     if kv_cache_dtype not in ('fp8', 'fp8_e4m3'):
-        raise ValueError("kv_cache_dtype: " + repr(kv_cache_dtype) + " is not supported here (supported: 'fp8', 'fp8_e4m3')")
+        raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} is not supported here (supported: 'fp8', 'fp8_e4m3')")
     try:
         _page_size = key_cache.shape[1]
     except (AttributeError, IndexError, KeyError, TypeError):

@@ -30,7 +30,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     Calls vllm_ds_mla.quantize_store.
     """
     if kv_cache_dtype not in ('fp8_ds_mla',):
-        raise ValueError("kv_cache_dtype: " + repr(kv_cache_dtype) + " is not supported here (supported: 'fp8_ds_mla')")
+        raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} is not supported here (supported: 'fp8_ds_mla')")
     try:
         _page_size = kv_cache.shape[1]
     except (AttributeError, IndexError, KeyError, TypeError):
