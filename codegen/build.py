@@ -87,9 +87,17 @@ def _module_names() -> frozenset:
     return frozenset(names)
 
 
-# The functions a layout's module defines per segment and per scale group (templates/_jit_*.j2, _ref_*.j2).
-SEGMENT_FUNCTIONS = ("_quantize_{}", "_dequantize_{}", "_store_{}", "_load_{}")
-GROUP_FUNCTIONS = ("_{}_exact_scale", "_{}_exponent", "_{}_load", "_{}_load_words", "_{}_store", "_ref_{}_row")
+def templated_functions(var: str) -> tuple:
+    """The functions the templates define per segment (var 's', `def _quantize_{{ s.name }}(`) or
+    per scale group ('g'), as format patterns ('_quantize_{}'), read off the templates themselves."""
+    text = "\n".join(t.read_text() for t in sorted((Path(__file__).parent / "templates").glob("*.j2")))
+    found = re.findall(r"^def (\w*)\{\{ %s\.name \}\}(\w*)\(" % re.escape(var), text, re.M)
+    return tuple(dict.fromkeys(f"{head}{{}}{tail}" for head, tail in found))     # in the templates' order
+
+
+# The functions a layout's module defines per segment and per scale group.
+SEGMENT_FUNCTIONS = templated_functions("s")
+GROUP_FUNCTIONS = templated_functions("g")
 
 
 def _check_derived_names(tree) -> None:
@@ -102,11 +110,10 @@ def _check_derived_names(tree) -> None:
     named += [(name, tree["scales"].key_mark(name), f"scales.{name}", GROUP_FUNCTIONS, "scale group")
               for name in tree["scales"]]
     for name, mark, where, functions, kind in named:
-        for f in functions:
-            made = f.format(name)
-            if made in taken:
-                raise SpecError(mark, f"{where}: {name!r} would make the generated module define {made} a second "
-                                f"time (after {taken[made]})", f"rename the {kind}")
+        again = [f"{made} (after {taken[made]})" for made in (f.format(name) for f in functions) if made in taken]
+        if again:
+            raise SpecError(mark, f"{where}: {name!r} would make the generated module define a second time: "
+                            f"{', '.join(again)}", f"rename the {kind}")
         taken.update((f.format(name), where) for f in functions)
 
 

@@ -120,20 +120,20 @@ SEMANTIC = [
      ["record", "at most 64"]),
     # names that would make the module define a helper of its own a second time
     ("segment named like a runtime helper", edit(GOOD, "{name: nope, values: 448", "{name: segment, values: 448"),
-     "dsv4_k", ["record[0].name", "_quantize_segment a second time"]),
+     "dsv4_k", ["record[0].name", "define a second time: ", "_quantize_segment (after the runtime)"]),
     ("segment named like a kernel", edit(GOOD, "{name: nope, values: 448", "{name: kernel, values: 448"), "dsv4_k",
      ["record[0].name", "_quantize_kernel"]),
     ("scale group named like the references' helpers", edit(edit(edit(GOOD, "scale: nope}", "scale: ref}"),
                                                                  "  nope:\n    format", "  ref:\n    format"),
                                                             "{holds: nope,", "{holds: ref,"), "dsv4_k",
-     ["scales.ref", "_ref_exact_scale a second time"]),
+     ["scales.ref", "define a second time: ", "_ref_exact_scale (after the runtime)"]),
     ("buffer named out", edit(GOOD, "  cache:                     #", "  out:                       #"), "dsv4_k",
      ["buffers.out", "k_out"]),
     ("a segment's and a group's helpers of one name", edit(edit(edit(edit(GOOD, "{name: rope,", "{name: y_load,"),
                                                                      "scale: nope}", "scale: store_y}"),
                                                                 "  nope:\n    format", "  store_y:\n    format"),
                                                            "{holds: nope,", "{holds: store_y,"), "dsv4_k",
-     ["scales.store_y", "_store_y_load a second time (after record[1].name)"]),
+     ["scales.store_y", "define a second time: _store_y_load (after record[1].name)"]),
     ("num_warps not a power of two", edit(GOOD, "tuning:\n", "tuning:\n  gather_dequant: {num_warps: 3}\n"), "dsv4_k",
      ["num_warps", "power of two"]),
     ("block_tokens past Triton's tensors", edit(GOOD, "tuning:\n", "tuning:\n  gather_dequant: {block_tokens: 1048576}\n"),
@@ -462,6 +462,17 @@ def test_default_sizes_are_ones_the_layout_accepts(tmp_path):
     sizes = explain.default_sizes(layout)
     assert explain.accepts(layout, sizes) and sizes[VALUES] % 48 == 0 and sizes[HEADS] % 16 == 0, sizes
     assert "values=" in explain.explain(layout, sizes)
+
+
+def test_the_helpers_made_per_segment_and_group_are_read_off_the_templates():
+    """Every templated function named after a segment or scale group uses the loop names the build
+    reads (s, g), so a spec name that would redefine one of them is caught. (f: an element format's
+    encoder and decoder, named after kvlayout's own format names, and a compat module's functions.)"""
+    from codegen import build
+    text = "\n".join(t.read_text() for t in (ROOT / "codegen" / "templates").glob("*.j2"))
+    assert set(re.findall(r"^def \w*\{\{ (\w+)\.name \}\}", text, re.M)) == {"s", "g", "f"}
+    assert {"_quantize_{}", "_load_{}"} <= set(build.SEGMENT_FUNCTIONS)
+    assert {"_{}_exact_scale", "_ref_{}_row"} <= set(build.GROUP_FUNCTIONS)
 
 
 def test_raw_cache_only_where_the_op_takes_a_cache(tmp_path):
