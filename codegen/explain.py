@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 
+from . import language
 from .expr import as_expr
 from .model import HEADS, PAGE_SIZE, VALUES, Layout
 
@@ -17,16 +19,22 @@ def accepts(layout: Layout, sizes: dict) -> bool:
 def default_sizes(layout: Layout) -> dict:
     """Sizes to show a layout at: a page of at least 64 slots, and where they are free 8 heads and
     128 values, else the first of a few round counts the layout's checks accept, else the first
-    count that they accept (a group of 48 values, heads split by 16)."""
+    count that they accept (a group of 48 values, heads split by 16), else a multiple of the checks'
+    divisors (a group of 5000 values)."""
     page = max(layout.page_size_multiple, 64)
     page = -(-page // layout.page_size_multiple) * layout.page_size_multiple
     heads = (layout.heads.const_value(),) if layout.heads.is_const else _ROUND_HEADS
     values = (layout.values.const_value(),) if layout.values.is_const else _ROUND_VALUES
     all_heads = heads if layout.heads.is_const else (*heads, *range(1, _SEARCHED + 1))
     all_values = values if layout.values.is_const else (*values, *range(1, _SEARCHED + 1))
+    # past the searched counts: multiples of the largest check divisor (a group of 5000 values), then
+    # of every one's
+    divisors = [n for _, n, _ in layout.runtime_checks] or [1]
+    far = values if layout.values.is_const else itertools.chain(
+        *(range(step, language.MAX_VALUES + 1, step) for step in (max(divisors), math.lcm(*divisors))))
     pairs = itertools.chain(itertools.product(heads, values), itertools.product(heads, all_values),
                             ((h, v) for v in values for h in all_heads),
-                            itertools.product(all_heads[:_BOTH_SEARCHED], all_values))
+                            itertools.product(all_heads[:_BOTH_SEARCHED], all_values), itertools.product(heads, far))
     fits = (sizes for h, v in pairs if accepts(layout, sizes := {PAGE_SIZE: page, HEADS: h, VALUES: v}))
     return next(fits, {PAGE_SIZE: page, HEADS: heads[0], VALUES: values[0]})
 

@@ -450,7 +450,7 @@ def test_the_heaviest_malformed_specs_stay_within_memory_and_time(tmp_path):
 
 def test_default_sizes_are_ones_the_layout_accepts(tmp_path):
     """explain, the pictures and diff show a layout at sizes its checks accept, also where no round
-    count fits (a group of 48 values, heads split by 16)."""
+    count fits (a group of 48 values, heads split by 16) or none of the searched ones (5000 values)."""
     from codegen import explain
     from codegen.model import HEADS, VALUES
     text = edit(edit(SHIPPED["mxfp8_kv"], "group: {values: 32}", "group: {values: 48}"),
@@ -462,6 +462,12 @@ def test_default_sizes_are_ones_the_layout_accepts(tmp_path):
     sizes = explain.default_sizes(layout)
     assert explain.accepts(layout, sizes) and sizes[VALUES] % 48 == 0 and sizes[HEADS] % 16 == 0, sizes
     assert "values=" in explain.explain(layout, sizes)
+    # a group wider than the searched counts (5000 values): a multiple of it, drawn and explained
+    path.write_text(edit(SHIPPED["mxfp8_kv"], "group: {values: 32}", "group: {values: 5000}"))
+    layout = build.build_layout(*build.load_spec(path, tmp_path)[1:])
+    sizes = explain.default_sizes(layout)
+    assert explain.accepts(layout, sizes) and sizes[VALUES] == 5000, sizes
+    assert "<svg " in explain.svg(layout, sizes)
 
 
 def test_the_helpers_made_per_segment_and_group_are_read_off_the_templates():
