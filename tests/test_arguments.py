@@ -478,8 +478,9 @@ def test_references_write_nothing_when_no_row_lands():
 
 def test_compat_functions_name_their_own_parameters():
     """A compat function's argument errors name its own parameters (sfk, vLLM's slot_mapping and
-    key_cache) or the expression it passed (x.data); a parameter that cannot give an argument
-    computed from it (a None or 1-D cache's shape[1]) is named in a ValueError too."""
+    key_cache, also where the text names another argument) or the expression it passed (x.data); a
+    parameter that cannot give an argument computed from it (a None or 1-D cache's shape[1]) is
+    named in a ValueError too."""
     mx = pytest.importorskip("generated.compat.sglang_mxfp8")
     flash = pytest.importorskip("generated.compat.vllm_flash")
     m, cache, x, loc = kv_setup()
@@ -500,6 +501,12 @@ def test_compat_functions_name_their_own_parameters():
            flash.reshape_and_cache_flash, rows, rows, torch.zeros(7, dtype=torch.uint8, device=DEVICE), vc.v_cache, slots, "fp8",
            *scales)
     raises(r"^value: ", flash.reshape_and_cache_flash, rows, rows[:, :1], vc.k_cache, vc.v_cache, slots, "fp8", *scales)
+    # plain names inside the text too, where it names an argument by them (k's, overlaps k in memory)
+    raises(r"^value: shape \(4, 2, 64\) differs from key's \(3, 2, 64\)$", flash.reshape_and_cache_flash, rows,
+           torch.ones(4, 2, 64, device=DEVICE), vc.k_cache, vc.v_cache, slots, "fp8", *scales)
+    inside = vc.k_cache.view(torch.uint8).view(-1)[:rows.numel() * 4].view(torch.float32).view(rows.shape)
+    raises(r"^key_cache: overlaps key in memory", flash.reshape_and_cache_flash, inside, rows, vc.k_cache, vc.v_cache,
+           slots, "fp8", *scales)
 
 
 def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():

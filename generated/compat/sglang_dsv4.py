@@ -63,13 +63,17 @@ def _described(value) -> str:
 
 def _renamed(error: ValueError, names: dict) -> ValueError:
     """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
-    ': ') and the other arguments it mentions by a compound name (cache.k_cache, page_size) become
-    the compat function's parameters, or the expressions it passed for them."""
+    ': ') and the other arguments it mentions become the compat function's parameters, or the
+    expressions it passed for them. A compound name (cache.k_cache, page_size) is renamed wherever it
+    stands; a plain one (k, v), which could be a word of the text, only where the text names an
+    argument by it: "k's shape", "overlaps k in memory"."""
     head, sep, rest = str(error).partition(": ")
     if not sep:
         return error
     for inner, outer in names.items():
-        if "." in inner or "_" in inner:
-            rest = re.sub(rf"(?<![\w.]){re.escape(inner)}(?!\w)", outer, rest)
+        word = re.escape(inner)
+        pattern = (rf"(?<![\w.]){word}(?!\w)" if "." in inner or "_" in inner else
+                   rf"(?<![\w.]){word}(?='s\b)|(?<=overlaps ){word}(?= in memory)")
+        rest = re.sub(pattern, outer, rest)
     return ValueError(f"{names.get(head, head)}{sep}{rest}")
 
