@@ -71,9 +71,10 @@ class Cache(NamedTuple):
 class RawCache(Cache):
     """The cache tensors as a serving stack may keep them: contiguous buffers of whole pages that may
     also be token-major, (num_pages * page_size, ...) (e.g. a pool's view(-1, heads, values)), or
-    flat (1-D) (not the records tensor, whose last two dims give heads and values). The ops read the same bytes as from a Cache; but such a
-    tensor records no page size, so for it the page size is checked only as far as its bytes must
-    hold whole pages: keep one tensor page-major to have the page size checked."""
+    flat (1-D), except the records tensor, whose last two dims give heads and values. The ops read
+    the same bytes as from a Cache; but such a tensor records no page size, so for it the page size
+    is checked only as far as its bytes must hold whole pages: keep one tensor page-major to have
+    the page size checked."""
 
     __slots__ = ()
 
