@@ -94,6 +94,11 @@ def _add(host: dict, row: dict) -> float:
     return row.get("add_us", host["torch_add_us"])
 
 
+def _op_ratios(host: dict) -> dict:
+    """{generated op: its host time over its row's torch.add} (the compat rows left out)."""
+    return {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
+
+
 def _over_two(ratios: dict) -> list:
     """The ops whose ratio to torch.add is over 2 as printed (two decimals), largest first."""
     return sorted((op for op, x in ratios.items() if round(x, 2) > 2), key=lambda op: -ratios[op])
@@ -114,7 +119,7 @@ def compat_table(host: dict) -> list:
         if r["seed_host_us"] is not None:
             lines.append(f"| {r['op'].removeprefix('compat ')} | {r['size']} | {r['seed_host_us']:.1f} | "
                          f"{r['host_us']:.1f} | {r['host_us'] / _add(host, r):.2f} |")
-    ratios = {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
+    ratios = _op_ratios(host)
     over = _over_two(ratios)
     lines += ["", f"Generated ops (every layout's, {len(ratios)}): {min(ratios.values()):.2f}-"
               f"{max(ratios.values()):.2f}x torch.add, median {statistics.median(ratios.values()):.2f}x; "
@@ -159,7 +164,7 @@ def breakdown_table(host: dict) -> list:
 
 def host_misses(host: dict) -> list:
     """The generated ops over 2x torch.add in the host run, and the floors that bound them (one line)."""
-    ratios = {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
+    ratios = _op_ratios(host)
     over = _over_two(ratios)
     least = host.get("floors")
     finds = [r["find_us"] for r in host.get("breakdown", ()) if r["replayed"] and r["op"].endswith(".gather_dequant")]

@@ -77,12 +77,17 @@ RESERVED_PLANES = frozenset({"loc", "cache", "page_size", "pdl", "tensors", "key
 
 
 @functools.cache
+def _template_text() -> str:
+    """Every template's text, in file name order (what the generated modules' function names are read off)."""
+    return "\n".join(t.read_text() for t in sorted((Path(__file__).parent / "templates").glob("*.j2")))
+
+
+@functools.cache
 def _module_names() -> frozenset:
     """The functions a generated module defines whatever its spec says: the runtime's (codegen/runtime)
     and the templates' own (a spec name that makes one of these again would redefine it)."""
-    here = Path(__file__).parent
-    names = set(re.findall(r"^def (_\w+)\(", "\n".join(t.read_text() for t in (here / "templates").glob("*.j2")), re.M))
-    for path in (here / "runtime").glob("*.py"):
+    names = set(re.findall(r"^def (_\w+)\(", _template_text(), re.M))
+    for path in (Path(__file__).parent / "runtime").glob("*.py"):
         names.update(n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
     return frozenset(names)
 
@@ -90,8 +95,7 @@ def _module_names() -> frozenset:
 def templated_functions(var: str) -> tuple:
     """The functions the templates define per segment (var 's', `def _quantize_{{ s.name }}(`) or
     per scale group ('g'), as format patterns ('_quantize_{}'), read off the templates themselves."""
-    text = "\n".join(t.read_text() for t in sorted((Path(__file__).parent / "templates").glob("*.j2")))
-    found = re.findall(r"^def (\w*)\{\{ %s\.name \}\}(\w*)\(" % re.escape(var), text, re.M)
+    found = re.findall(r"^def (\w*)\{\{ %s\.name \}\}(\w*)\(" % re.escape(var), _template_text(), re.M)
     return tuple(dict.fromkeys(f"{head}{{}}{tail}" for head, tail in found))     # in the templates' order
 
 

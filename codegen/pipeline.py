@@ -74,10 +74,8 @@ def build_all(project, paths=None) -> tuple:
     root = project.root
     # (a spec named twice on the command line is read once: else it would clash with its own name)
     paths = spec_files(project) if paths is None else list(dict.fromkeys(resolve(project, p) for p in paths))
-    errors, layouts, compats, pending, failed = [], {}, {}, [], set()
+    errors, layouts, compats, pending = [], {}, {}, []
     for path in paths:
-        if path.parent.name != COMPAT:
-            failed.add(path.stem)            # (until it builds)
         try:
             if not path.is_file():
                 raise SpecError(Mark(build.display_path(path, root), 1, 1), "no such spec file")
@@ -90,7 +88,6 @@ def build_all(project, paths=None) -> tuple:
                                     f"{layouts[layout.name].spec_path}; spec names are unique across spec folders",
                                     "rename one of the two files (and its name:)")
                 layouts[layout.name] = layout
-                failed.discard(path.stem)
             else:
                 pending.append((tree, display, digest))
         except SpecError as err:
@@ -107,9 +104,10 @@ def build_all(project, paths=None) -> tuple:
                 layouts.setdefault(layout.name, layout)
             except SpecError as err:
                 errors.append(err)
-                failed.add(path.stem)
+        # (a layout spec's name is its file's: the ones that did not build)
+        failed = {p.stem for p in (*paths, *spec_files(project)) if p.parent.name != COMPAT} - set(layouts)
         for tree, display, digest in pending:
-            if {f["call"].split(".")[0] for f in tree["functions"]} & (failed - set(layouts)):
+            if {f["call"].split(".")[0] for f in tree["functions"]} & failed:
                 continue        # it calls a layout whose spec failed: that spec's errors say why
             try:
                 if tree["compat"] in layouts:

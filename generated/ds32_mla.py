@@ -174,7 +174,9 @@ def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -
         raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
 
 
-def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
+def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:
+    """A tensor argument: dense, stored as its values say, of the dtypes, dims and device given;
+    one the kernels write (written) must not require grad."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.is_meta:
@@ -190,6 +192,8 @@ def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None) -> None:
         raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dims, got shape {tuple(t.shape)}")
     if device is not None and t.device != device:
         raise ValueError(f"{name}: is on {t.device}, but the other tensors are on {device}")
+    if written and t.requires_grad:
+        raise ValueError(f"{name}: requires grad; the kernels write it in place, outside autograd (detach it)")
 
 
 def _check_index(name: str, t, device, length=None) -> None:
@@ -248,11 +252,9 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     geo = _sized_geometry(page_size, heads, values, *dims_from)
     num_pages = None
     for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
-        _check_tensor(f"cache.{field}", t, None, None, device)
+        _check_tensor(f"cache.{field}", t, None, None, device, written=True)
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
-        if t.requires_grad:
-            raise ValueError(f"cache.{field}: requires grad; the kernels write caches in place, outside autograd (detach it)")
         nbytes = t.numel() * t.element_size()
         if 0 < nbytes < page_bytes:
             raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
@@ -1415,9 +1417,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
         out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
     outs = (out,)
     for plane, o in zip(PLANES, outs):
-        _check_tensor(f"out ({plane})", o, OUT_DTYPES, (3,), device)
-        if o.requires_grad:
-            raise ValueError(f"out ({plane}): requires grad; the kernel writes it in place, outside autograd (detach it)")
+        _check_tensor(f"out ({plane})", o, OUT_DTYPES, (3,), device, written=True)
         _check_distinct_elements(f"out ({plane})", o)
         if tuple(o.shape) != (n_tokens, heads, values) or (o.stride(2) != 1 and values > 1):
             raise ValueError(f"out ({plane}): expected shape {(n_tokens, heads, values)} with a contiguous last dim, "
