@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import language, marked_yaml
 from .errors import Mark, SpecError
-from .expr import Expr, const, divisible, round_up, sym
+from .expr import Expr, const, divisible, round_up, round_up_operand, sym
 from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, fp32_value, rule_terms
 from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
                     ScaleGroup, Segment, Source, Term, op_params)
@@ -175,6 +175,17 @@ def build_layout(tree, display: str, digest: str) -> Layout:
     if (heads.symbols() or values.symbols()) and [t.text for t in records.terms if t.coord != "plane"][-1] != "head":
         raise SpecError(tree.value_mark("buffers"), "buffers: with heads or values 'any', the records order must end "
                         "with 'head' (or 'head', 'plane')", "readers take (heads, values) from the records buffer's last two dims")
+    records_buffer = next(b for b in buffers if b.name == records.buffer)
+    if (heads.symbols() or values.symbols()) and len(records_buffer.shape) < 2:
+        # A buffer of records and scale regions, or padded pages, is allocated as a page of bytes: a
+        # reader could not take (heads, values) from its shape.
+        other = next((r.holds for r in records_buffer.regions if r.holds != "records" and not r.inline), None)
+        why = f"also holds {other!r}" if other else f"pads its pages (page.align: {align})"
+        raise SpecError(tree.value_mark("heads" if heads.symbols() else "values"),
+                        f"{'heads' if heads.symbols() else 'values'}: 'any' is taken from the records buffer's last two "
+                        f"dims, but buffer {records.buffer!r} {why}, so it is allocated as (num_pages, page_bytes) bytes",
+                        "give a fixed count, or keep the records alone in their buffer with page.align: 1")
+    _check_page_size_is_seen(tree, buffers, multiple, align)
     if "append" in tree["ops"] and any(b.shared for b in buffers):
         raise SpecError(tree["ops"].item_mark(tree["ops"].index("append")), "ops: 'append' is not available for a "
                         "buffer that holds every plane ('plane' in its order)", "give each plane its own buffers")
@@ -724,6 +735,24 @@ def _buffer(name, buffers_tree, ctx, align, segments) -> Buffer:
                   page_bytes_name=f"{name.upper()}_PAGE_BYTES", torch_dtype=dtype, shape=shape, shared=any(with_plane))
 
 
+def _check_page_size_is_seen(tree, buffers, multiple: int, align: int):
+    """The ops check a call's page_size against the cache tensors' page bytes, so some buffer's page
+    bytes must differ for every allowed page size: padding to page.align must not round two of them to
+    one size (a page of 656-byte records padded to 4096 bytes is 4096 bytes for page sizes 1 to 6)."""
+    if align == 1:
+        return   # page bytes grow with page_size
+    # With padded pages heads and values are fixed (see the 'any' check), so page bytes before padding
+    # are a fixed number of bytes per page_size step plus a constant.
+    growth = max(round_up_operand(b.page_bytes).evaluate({PAGE_SIZE: 2 * multiple})
+                 - round_up_operand(b.page_bytes).evaluate({PAGE_SIZE: multiple}) for b in buffers)
+    if growth < align:
+        raise SpecError(tree["page"].value_mark("align"), f"page.align: padding pages to {align} bytes gives "
+                        f"different page sizes the same page bytes (a page grows by only {growth} bytes per "
+                        f"{multiple} slot(s)), so the ops could not check a call's page_size against the cache",
+                        f"use page.align of at most {growth}, or page.size_multiple_of of at least "
+                        f"{-(-align * multiple // growth)}")
+
+
 def _inline_region(records: Region, buffer: str, g: ScaleGroup, at: Expr) -> Region:
     """A group's scales inside each record: the records' coordinates and strides, then the scale
     index (entry by entry), `at` bytes into the record."""
@@ -858,14 +887,14 @@ def _check_alignment(region: Region, buffers, size: int, subject: str, tree, che
     """Every address of `region` must be a multiple of `size` (a raw bf16 segment, an fp32 scale)."""
     buf = next(b for b in buffers if b.name == region.buffer)
     for what, e in (("the element size", region.element_bytes), (f"the {region.holds} region offset", region.offset),
-                    (f"buffer {buf.name!r}'s page size", buf.page_bytes)):
+                    (f"the page size of buffer {buf.name!r}", buf.page_bytes)):
         if e.is_const:
             if e.const_value() % size:
                 raise SpecError(tree.value_mark("buffers"), f"buffers.{buf.name}: {what} ({e.const_value()} bytes) is "
                                 f"not a multiple of {size}, so {subject} would be misaligned",
                                 "pad the record or the page (page.align), or reorder the regions")
         elif not divisible(e, size):
-            checks.append((e, size, f"{what} must be a multiple of {size} bytes"))
+            checks.append((e, size, f"{what} must be a multiple of {size} bytes, or {subject} would be misaligned"))
 
 
 # --- compat modules -------------------------------------------------------------------------------

@@ -221,6 +221,11 @@ def round_up(a: Expr, multiple: int) -> Expr:
     return RoundUp(a, multiple)
 
 
+def round_up_operand(e: Expr) -> Expr:
+    """The number a round_up rounds (e itself where e is not rounded)."""
+    return e.num if isinstance(e, RoundUp) else e
+
+
 def divisible(e: Expr, k: int) -> bool:
     """True when e is a multiple of k for every value of its symbols (False means: not proven)."""
     if isinstance(e, Const):
@@ -230,7 +235,8 @@ def divisible(e: Expr, k: int) -> bool:
     if isinstance(e, Product):
         return any(isinstance(f, Const) and f.value % k == 0 for f in e.factors)
     if isinstance(e, RoundUp):
-        return e.multiple % k == 0 or divisible(e.num, k)
+        # a multiple of `multiple`; or num itself, where num always is one (round_up(656, 3) = 657)
+        return e.multiple % k == 0 or (divisible(e.num, e.multiple) and divisible(e.num, k))
     return False
 
 

@@ -102,9 +102,9 @@ def _geometry(page_size: int, heads: int, values: int) -> dict:
     if (values) % 4:
         raise ValueError(f"values: the value count must be a multiple of 4, so that the fp32 scales of 'head' after the values are aligned (page_size={page_size}, heads={heads}, values={values})")
     if (values + 4) % 4:
-        raise ValueError(f"values: the element size must be a multiple of 4 bytes (page_size={page_size}, heads={heads}, values={values})")
+        raise ValueError(f"values: the element size must be a multiple of 4 bytes, or fp32 scales of 'head' would be misaligned (page_size={page_size}, heads={heads}, values={values})")
     if (page_size * heads * (values + 4) * 2) % 4:
-        raise ValueError(f"sizes: buffer 'kv_cache''s page size must be a multiple of 4 bytes (page_size={page_size}, heads={heads}, values={values})")
+        raise ValueError(f"sizes: the page size of buffer 'kv_cache' must be a multiple of 4 bytes, or fp32 scales of 'head' would be misaligned (page_size={page_size}, heads={heads}, values={values})")
     return dict(
         PAGE_SIZE=page_size,
         HEADS=heads,

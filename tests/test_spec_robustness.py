@@ -298,6 +298,11 @@ SEMANTIC = [
      ["scales.scale.format", "float32 tensor"]),
     ("given scale with an amax floor", edit(SHIPPED["vllm_fp8"], "group: tensor}", "group: tensor, amax_floor: 1.0e-4}"),
      "vllm_fp8", ["scales.scale.amax_floor", "not computed from amax"]),
+    # page sizes the cache's shape could not tell apart, or heads it could not hold
+    ("padding hides the page size", edit(GOOD, "align: 576", "align: 4096"), "dsv4_k",
+     ["page.align", "the same page bytes", "grows by only 584 bytes", "at least 8"]),
+    ("heads any in a byte page", edit(GOOD, "heads: 1", "heads: any"), "dsv4_k",
+     ["heads: 'any'", "also holds 'nope'", "(num_pages, page_bytes)"]),
     ("given scale in a buffer", edit(SHIPPED["vllm_fp8"], "- {holds: records, order: [slot, head]}",
                                      "- {holds: records, order: [slot, head]}\n    - {holds: scale, order: [slot, head, scale]}"),
      "vllm_fp8", ["'scale' is given at call time", "remove this region"]),
@@ -506,3 +511,19 @@ def test_raw_cache_only_where_the_op_takes_a_cache(tmp_path):
     assert "functions[3].raw_cache: page_size is read off the cache tensor v_cache's shape" in err.value.errors[0].render()
     spec.write_text(shipped)
     pipeline.build_all(tmp_path)
+
+
+def test_padded_pages_must_keep_scales_and_raw_values_aligned(tmp_path):
+    """ds32_mla's records (fp32 scales and bf16 values inside) padded to 3-byte pages: page sizes
+    whose page bytes are not a multiple of 4 are refused at call time (page_size 1: 657 bytes, where
+    page 1's scales would sit at byte 1169 and misaligned loads crash the GPU); multiples of 3 slots
+    need no padding and are accepted."""
+    from codegen import explain
+    from codegen.model import HEADS, PAGE_SIZE, VALUES
+    path = tmp_path / "specs" / "ds32_mla.yaml"
+    path.parent.mkdir()
+    path.write_text(edit(SHIPPED["ds32_mla"], "heads: 1\n", "heads: 1\npage: {align: 3}\n"))
+    layout = build.build_layout(*build.load_spec(path, tmp_path)[1:])
+    sizes = {HEADS: 1, VALUES: layout.values.const_value()}
+    assert [p for p in range(1, 13) if explain.accepts(layout, {**sizes, PAGE_SIZE: p})] == [3, 6, 9, 12]
+    assert any("fp32 scales of 'nope' would be misaligned" in message for _, _, message in layout.runtime_checks)
