@@ -714,8 +714,18 @@ def _launch(kernel, grid: tuple, args: tuple, constexprs: dict, plan, tensors: t
         plan.record(compiled, grid, kernel, args, constexprs, tensors)
 
 
-def _plan_for(kernel, tensors: tuple, device) -> _Plan | None:
-    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere)."""
+def _check_compiled_device(kernel, name: str, device) -> None:
+    """Compiled kernels take device tensors: CPU ones need Triton's interpreter (a compiled launch
+    would fail inside Triton with no active driver, or read host memory as device memory)."""
+    if device.type == "cpu" and isinstance(kernel, triton.runtime.JITFunction):
+        raise ValueError(f"{name}: the tensors are on the CPU, but the kernels are compiled for a GPU; on the CPU set "
+                         "TRITON_INTERPRET=1 before importing the module, or call the op's _ref twin")
+
+
+def _plan_for(kernel, tensors: tuple, device, name: str) -> _Plan | None:
+    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere); `name` is
+    the argument `device` is read from (CPU tensors are refused unless the kernels are interpreted)."""
+    _check_compiled_device(kernel, name, device)
     if device.type != "cuda" or not isinstance(kernel, triton.runtime.JITFunction):
         return None
     return _Plan(tuple(_extent(t) for t in tensors))
@@ -1340,7 +1350,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     n_tokens = token_ids.shape[0]
-    plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, *outs), token_ids.device)
+    plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, *outs), token_ids.device, "token_ids")
     if plan is not None and out is None:
         plan.own(outs)
     if n_tokens:
@@ -1435,7 +1445,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store((k,), loc, cache, page_size)
     n_tokens, heads, values = srcs[0].shape
-    plan = _plan_for(_quantize_store_kernel, tensors, loc.device)
+    plan = _plan_for(_quantize_store_kernel, tensors, loc.device, "loc")
     if n_tokens:
         launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
@@ -1487,7 +1497,7 @@ def quantize(x: torch.Tensor, *, pdl: bool | None = None):
     n_rows = x2.shape[0]
     data = torch.empty((*lead, geo["RECORD_BYTES"]), dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((*lead, geo["DENSE_SCALES"]), dtype=torch.float32, device=x.device)
-    plan = _plan_for(_quantize_kernel, (x, data, scale), x.device)
+    plan = _plan_for(_quantize_kernel, (x, data, scale), x.device, "x")
     if plan is not None:
         plan.own((data, scale))
     if n_rows:
@@ -1505,7 +1515,7 @@ def _prepare_quantize(x) -> tuple:
     if x.dim() == 0:
         raise ValueError("x: expected at least one dim")
     values = x.shape[-1]
-    geo = geometry(PAGE_SIZE_MULTIPLE, HEADS or 1, values)  # only the value-count checks matter here
+    geo = _sized_geometry(PAGE_SIZE_MULTIPLE, HEADS or 1, values, "x", x.shape)  # only the value checks matter
     x2 = x.reshape(-1, values)
     if x2.stride(1) != 1 and values > 1:
         x2 = x2.contiguous()
@@ -1555,7 +1565,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
     data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     n_rows, values = data2.shape[0], geo["VALUES"]
     out = torch.empty((*lead, values), dtype=out_dtype, device=data.device)
-    plan = _plan_for(_dequantize_kernel, (data, scale, out), data.device)
+    plan = _plan_for(_dequantize_kernel, (data, scale, out), data.device, "data")
     if plan is not None:
         plan.own((out,))
     if n_rows:
@@ -1585,7 +1595,7 @@ def _prepare_dequantize(data, scale, out_dtype) -> tuple:
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype: {out_dtype} is not supported; use one of {', '.join(map(str, OUT_DTYPES))}")
     values = VALUES
-    geo = geometry(PAGE_SIZE_MULTIPLE, HEADS or 1, values)  # only the value-count checks matter here
+    geo = _sized_geometry(PAGE_SIZE_MULTIPLE, HEADS or 1, values, "data", data.shape)  # only the value checks matter
     if data.shape[-1] != geo["RECORD_BYTES"]:
         raise ValueError(f"data: last dim must be {geo['RECORD_BYTES']} record bytes, got {tuple(data.shape)}")
     lead = tuple(data.shape[:-1])
@@ -1619,6 +1629,7 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     pdl: accepted for the signature every op shares (these launches are plain).
     """
     num_pages = _prepare_reset(cache, page_ids, page_size)
+    _check_compiled_device(_reset_pages_kernel, "page_ids", page_ids.device)
     if page_ids.shape[0] == 0:
         return
     for t in _kernel_cache(cache):

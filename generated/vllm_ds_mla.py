@@ -724,8 +724,18 @@ def _launch(kernel, grid: tuple, args: tuple, constexprs: dict, plan, tensors: t
         plan.record(compiled, grid, kernel, args, constexprs, tensors)
 
 
-def _plan_for(kernel, tensors: tuple, device) -> _Plan | None:
-    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere)."""
+def _check_compiled_device(kernel, name: str, device) -> None:
+    """Compiled kernels take device tensors: CPU ones need Triton's interpreter (a compiled launch
+    would fail inside Triton with no active driver, or read host memory as device memory)."""
+    if device.type == "cpu" and isinstance(kernel, triton.runtime.JITFunction):
+        raise ValueError(f"{name}: the tensors are on the CPU, but the kernels are compiled for a GPU; on the CPU set "
+                         "TRITON_INTERPRET=1 before importing the module, or call the op's _ref twin")
+
+
+def _plan_for(kernel, tensors: tuple, device, name: str) -> _Plan | None:
+    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere); `name` is
+    the argument `device` is read from (CPU tensors are refused unless the kernels are interpreted)."""
+    _check_compiled_device(kernel, name, device)
     if device.type != "cuda" or not isinstance(kernel, triton.runtime.JITFunction):
         return None
     return _Plan(tuple(_extent(t) for t in tensors))
@@ -1389,7 +1399,7 @@ def quantize_store(kv_c: torch.Tensor, k_pe: torch.Tensor, loc: torch.Tensor, ca
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store_inputs((kv_c, k_pe), loc, cache, page_size)
     n_tokens, heads, values = srcs[0].shape[0], geo["HEADS"], geo["VALUES"]
-    plan = _plan_for(_quantize_store_kernel, tensors, loc.device)
+    plan = _plan_for(_quantize_store_kernel, tensors, loc.device, "loc")
     if n_tokens:
         launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
@@ -1467,7 +1477,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     n_tokens = token_ids.shape[0]
-    plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, *outs), token_ids.device)
+    plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, *outs), token_ids.device, "token_ids")
     if plan is not None and out is None:
         plan.own(outs)
     if n_tokens:
@@ -1530,6 +1540,7 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     pdl: accepted for the signature every op shares (these launches are plain).
     """
     num_pages = _prepare_reset(cache, page_ids, page_size)
+    _check_compiled_device(_reset_pages_kernel, "page_ids", page_ids.device)
     if page_ids.shape[0] == 0:
         return
     for t in _kernel_cache(cache):

@@ -42,13 +42,16 @@ def test_page_size_is_checked_on_every_call():
 @pytest.mark.parametrize("name", cases("quantize_store") + cases("append") + cases("gather_dequant"))
 def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
     """Every cache tensor's first dim counts pages, so another page size is an error, whichever way
-    the byte counts divide (the compat default page_size=128 on 32-slot caches was one)."""
+    the byte counts divide (the compat default page_size=128 on 32-slot caches was one), also one
+    step away, where padded pages are checked by their byte size (the build refuses padding that
+    would give two page sizes one)."""
     m = module(name)
     heads, values, page = dims(m)
     cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
     ids = torch.arange(4, device=DEVICE)
     scales = given(m)
-    for wrong in (2 * page, 4 * page):
+    step = m.PAGE_SIZE_MULTIPLE
+    for wrong in (page - step, page + step, 2 * page, 4 * page):
         if "gather_dequant" in m.OPS:
             raises(r"cache\.\w+: .*page_size=%d\b" % wrong, m.gather_dequant, cache, ids, wrong, **scales)
         writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
@@ -120,6 +123,12 @@ def test_size_errors_name_the_tensor_that_gave_the_size():
     rows = torch.ones(2, 2, 40, device=DEVICE)
     raises(r"k: shape \(2, 2, 40\): values: the value count must be a multiple of 32",
            m.quantize_store, rows, rows, torch.arange(2, device=DEVICE), cache, 32)
+    raises(r"x: shape \(2, 41\): values: the value count must be a multiple of 32", m.quantize,
+           torch.ones(2, 41, device=DEVICE))
+    raises(r"data: shape \(2, 41\): values: the value count must be a multiple of 32", m.dequantize,
+           torch.zeros(2, 41, dtype=torch.float8_e4m3fn, device=DEVICE), torch.zeros(2, 1, dtype=torch.uint8, device=DEVICE))
+    raises(r"x: shape \(2, 41\): values: this layout has 512 values per head, got 41", module("dsv4_k").quantize,
+           torch.ones(2, 41, device=DEVICE))
 
 
 def test_a_records_width_counts_its_planes_and_inline_scales():
@@ -603,3 +612,41 @@ def test_compat_writer_takes_sglangs_token_major_caches_and_flat_scales():
     raises(r"^k_cache: .* not a whole number of 16384-byte pages \(page_size=128\)", mx.quant_store_kv_mxfp8, k, v,
            loc % 160, small.k_cache.view(-1, heads, values), small.v_cache.view(-1, heads, values), small.k_sf.view(-1),
            small.v_sf.view(-1))
+
+
+COMPILED_ON_CPU = """
+import torch
+import generated.mxfp8_kv as kv, generated.mxfp8_v_seqblocked as vs
+cache = kv.alloc_cache(2, 32, heads=1, values=64)
+x, ids = torch.ones(2, 1, 64), torch.tensor([1, 2])
+calls = [("quantize", lambda: kv.quantize(torch.ones(2, 64))),
+         ("quantize_store", lambda: kv.quantize_store(x, x, ids, cache, 32)),
+         ("gather_dequant", lambda: kv.gather_dequant(cache, ids, 32)),
+         ("reset_pages", lambda: kv.reset_pages(cache, ids, 32)),
+         ("append", lambda: vs.append(x, ids, vs.alloc_cache(2, 32, heads=1, values=64), 32))]
+for op, call in calls:
+    try:
+        call()
+        print(op, "returned")
+    except ValueError as err:
+        print(op, "ValueError", err)
+"""
+
+
+def test_cpu_tensors_for_compiled_kernels_are_refused_before_launch():
+    """Without the interpreter the kernels are compiled for a GPU: CPU tensors get a ValueError naming
+    the argument and the way out (a launch would fail inside Triton, 'no active driver')."""
+    import os
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILED_ON_CPU], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(" ", 2)[:2] for line in lines] == [[op, "ValueError"] for op in
+                                                            ("quantize", "quantize_store", "gather_dequant", "reset_pages", "append")]
+    want = ("x", "loc", "token_ids", "page_ids", "loc")
+    for line, name in zip(lines, want):
+        assert line.split(" ", 2)[2].startswith(f"{name}: the tensors are on the CPU"), line
+        assert "TRITON_INTERPRET=1" in line and "_ref" in line, line

@@ -354,8 +354,18 @@ def _launch(kernel, grid: tuple, args: tuple, constexprs: dict, plan, tensors: t
         plan.record(compiled, grid, kernel, args, constexprs, tensors)
 
 
-def _plan_for(kernel, tensors: tuple, device) -> _Plan | None:
-    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere)."""
+def _check_compiled_device(kernel, name: str, device) -> None:
+    """Compiled kernels take device tensors: CPU ones need Triton's interpreter (a compiled launch
+    would fail inside Triton with no active driver, or read host memory as device memory)."""
+    if device.type == "cpu" and isinstance(kernel, triton.runtime.JITFunction):
+        raise ValueError(f"{name}: the tensors are on the CPU, but the kernels are compiled for a GPU; on the CPU set "
+                         "TRITON_INTERPRET=1 before importing the module, or call the op's _ref twin")
+
+
+def _plan_for(kernel, tensors: tuple, device, name: str) -> _Plan | None:
+    """A plan to record for a call of compiled kernels on a CUDA device (None elsewhere); `name` is
+    the argument `device` is read from (CPU tensors are refused unless the kernels are interpreted)."""
+    _check_compiled_device(kernel, name, device)
     if device.type != "cuda" or not isinstance(kernel, triton.runtime.JITFunction):
         return None
     return _Plan(tuple(_extent(t) for t in tensors))
