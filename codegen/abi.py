@@ -3,14 +3,18 @@ working tree, each change classified as buf's `breaking` does.
 
 A cache written by one layout must be readable by the other: every fact that places or decodes a
 byte (planes, record parts and their element formats, buffers, regions, offsets, strides, page
-bytes, scale formats and groups, the sink) is compared at concrete sizes, and any difference is
-breaking. What only changes how new bytes are chosen (a scale rule, its floor or exponent range)
-is compatible: old caches still read the same. So are new specs and new ops; a removed spec or op,
-or a compat function removed, breaks its callers. The revision's specs are read from the spec
-folders the working tree's config names (layouts of a folder the revision lacks count as added).
+bytes, scale formats and groups, a global scale, the sink, the heads and values taken) is compared
+at concrete sizes (padded page bytes at every page size of a period of the padding), and any
+difference is breaking. What only changes how new bytes are chosen (a scale rule, its floors,
+exponent range, rounding or NaN handling) is compatible: old caches still read the same. So are new
+specs and new ops; a removed spec or op, or a compat function removed, breaks its callers. The
+revision's specs are read from the spec folders the working tree's config names (layouts of a
+folder the revision lacks count as added).
 """
 from __future__ import annotations
 
+import math
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -21,7 +25,11 @@ from .errors import Mark
 from .model import HEADS, PAGE_SIZE, VALUES
 
 # Facts of a scale group that only steer the quantizer (old caches decode the same).
-ENCODE_ONLY = ("rule", "amax_floor", "exponents")
+ENCODE_ONLY = ("rule", "amax_floor", "scale_floor", "exponents", "rounding", "nan")
+
+# Page sizes the padded page bytes are compared at: the first this many multiples of both layouts'
+# page-size step (padding repeats with a period of at most the lcm of the two aligns).
+PADDING_SCAN = 4096
 
 
 class GitError(Exception):
@@ -79,18 +87,29 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
 
 def _sizes(layout) -> list:
     """The sizes a layout is compared at: its explain defaults, then twice the page (and 3 heads,
-    where heads are free), each only where the layout allows it."""
+    where heads are free), then (where values are free) another value count it takes."""
     base = explain.default_sizes(layout)
     other = {**base, PAGE_SIZE: 2 * base[PAGE_SIZE]}
     if not layout.heads.is_const:
         other[HEADS] = 3
-    return [base, other]
+    sizes = [base, other]
+    if not layout.values.is_const:
+        v = base[VALUES]
+        sizes += [s for s in ({**base, VALUES: n} for n in (2 * v, v // 2, 3 * v) if n) if explain.accepts(layout, s)][:1]
+    return sizes
+
+
+def _takes(layout, sizes: dict) -> bool:
+    """Whether a cache of these sizes is one of the layout's: its checks pass and its fixed counts match."""
+    return (explain.accepts(layout, sizes) and all(n.const_value() == sizes[key] for n, key in
+                                                   ((layout.heads, HEADS), (layout.values, VALUES)) if n.is_const))
 
 
 def facts(layout, sizes: dict) -> dict:
     """{fact: value} of one layout at concrete sizes, flat, keyed by names (not positions)."""
     m = explain.page_map(layout, sizes)
-    out = {"planes": m["planes"], "sink": m["sink"], "record bytes per token and head": m["record_bytes"]}
+    out = {"planes": m["planes"], "sink": m["sink"], "record bytes per token and head": m["record_bytes"],
+           "quantize_store inputs": [(s.name, s.plane, s.first, s.width.evaluate(sizes)) for s in layout.inputs]}
     for p in m["record"]:
         label = f"record {p['kind']} {p['name']}" + (f" at byte {p['start']}" if p["kind"] == "pad" else "")
         out[label] = {k: v for k, v in p.items() if k not in ("kind", "name")}
@@ -118,6 +137,17 @@ def _flat(facts: dict, prefix: str = "") -> dict:
     return out
 
 
+def _show(value) -> str:
+    """A fact as the spec would write it: an fp32 value (a floor) by its shortest decimal, 1e-06
+    rather than 9.999999974752427e-07."""
+    if isinstance(value, float) and math.isfinite(value):
+        fp32 = struct.unpack("f", struct.pack("f", value))[0]
+        if fp32 == value:
+            return next(text for digits in range(1, 10) if struct.unpack("f", struct.pack("f", float(
+                text := f"{value:.{digits}g}")))[0] == value)
+    return str(value)
+
+
 def _at(sizes: dict) -> str:
     return f"page_size={sizes[PAGE_SIZE]}, heads={sizes[HEADS]}, values={sizes[VALUES]}"
 
@@ -138,8 +168,15 @@ def compare_layout(old, new) -> list:
         changes.append(Change(spec, False, f"page sizes: a multiple of {old.page_size_multiple} -> of {new.page_size_multiple}"))
     compared = 0
     for sizes in _sizes(old) + _sizes(new):
-        if not (explain.accepts(old, sizes) and explain.accepts(new, sizes)):
-            continue                     # sizes one of the two refuses (a page-size change is reported above)
+        # heads or values the old layout took and the new one refuses, at a page size both take (a
+        # page-size change is reported above)
+        paged = {**sizes, PAGE_SIZE: sizes[PAGE_SIZE] * new.page_size_multiple}
+        if _takes(old, paged) and not _takes(new, paged) and "sizes" not in seen:
+            seen.add("sizes")
+            changes.append(Change(spec, True, f"heads={paged[HEADS]}, values={paged[VALUES]}: taken by the old "
+                                              "layout, refused by the new (such caches become unreadable)"))
+        if not (_takes(old, sizes) and _takes(new, sizes)):
+            continue                     # sizes one of the two refuses
         compared += 1
         a, b = facts(old, sizes), facts(new, sizes)
         for key in sorted(set(a) | set(b), key=lambda k: (k not in a, k not in b, k)):
@@ -148,17 +185,39 @@ def compare_layout(old, new) -> list:
             seen.add(key)
             encode_only = key.startswith("scale group ") and key.split(": ")[1] in ENCODE_ONLY
             if key not in a:
-                what = f"{key}: added {b[key]}"
+                what = f"{key}: added {_show(b[key])}"
             elif key not in b:
-                what = f"{key}: removed (was {a[key]})"
+                what = f"{key}: removed (was {_show(a[key])})"
             else:
-                what = f"{key}: {a[key]} -> {b[key]}"
+                what = f"{key}: {_show(a[key])} -> {_show(b[key])}"
             changes.append(Change(spec, not encode_only, f"{what} (at {_at(sizes)})" if not encode_only else
                                   f"{what} (new writes differ; caches written before read the same)"))
+    if compared and old.page_align * new.page_align > 1:
+        changes += _padding_changes(old, new, seen)
     if not compared:
         changes.append(Change(spec, True, "no sizes that both layouts accept (e.g. the value counts they allow "
                                           "differ): no cache of one is a cache of the other"))
     return changes
+
+
+def _padding_changes(old, new, seen: set) -> list:
+    """A buffer's page bytes at the first page size, of those both layouts take, where padding makes
+    them differ (page.align 64 -> 128 leaves 64-slot pages of 656-byte records alone, not 3-slot ones)."""
+    step = math.lcm(old.page_size_multiple, new.page_size_multiple)
+    sizes = explain.default_sizes(old)
+    shared = [(a, b) for a in old.buffers for b in new.buffers if a.name == b.name]
+    for k in range(1, min(math.lcm(old.page_align, new.page_align), PADDING_SCAN) + 1):
+        at = {**sizes, PAGE_SIZE: k * step}
+        if not (explain.accepts(old, at) and explain.accepts(new, at)):
+            continue
+        for a, b in shared:
+            key = f"buffer {a.name}: page bytes"
+            was, now = a.page_bytes.evaluate(at), b.page_bytes.evaluate(at)
+            if was != now and key not in seen:
+                seen.add(key)
+                return [Change(new.spec_path, True, f"{key}: {was} -> {now} (at {_at(at)}; page.align "
+                                                    f"{old.page_align} -> {new.page_align})")]
+    return []
 
 
 def compare_compat(old, new) -> list:

@@ -152,7 +152,8 @@ def _ev(layout: Layout, sizes: dict):
 
 def _group(g, ev) -> dict:
     return {"name": g.name, "format": g.format.name, "rule": g.rule, "amax_floor": g.amax_floor,
-            "scale_floor": g.scale_floor, "exponents": [g.exponent_lo, g.exponent_hi], "zero_byte": g.zero_byte,
+            "scale_floor": g.scale_floor, "exponents": [g.exponent_lo, g.exponent_hi], "global": g.global_name,
+            "rounding": g.rounding, "nan": g.nan, "zero_byte": g.zero_byte,
             "ff_byte": g.ff_byte, "group": {g.kind: ev(as_expr(g.size))}, "segment": g.segment, "element": g.element.name}
 
 

@@ -223,6 +223,30 @@ def test_diff_classifies_breaking_and_compatible_changes(tmp_path):
     spec.write_text(edit(good, "amax_floor: 1.0e-8", "amax_floor: 1.0e-6"))      # the quantizer's choice only
     proc = kv("diff", "--against", "HEAD", cwd=root)
     assert proc.returncode == 0 and "compatible: scale group nope: amax_floor" in proc.stdout and "breaking" not in proc.stdout
+    spec.write_text(edit(good, "align: 576", "align: 192"))     # same bytes at 64 and 128 slots, not at 1
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and ("breaking: buffer cache: page bytes: 1152 -> 768 (at page_size=1, heads=1, "
+                                     "values=512; page.align 576 -> 192)") in proc.stdout, proc.stdout
+    per_head = root / "specs" / "vllm_fp8_per_token_head.yaml"
+    per_head_good = per_head.read_text()
+    spec.write_text(good)
+    per_head.write_text(edit(per_head_good, "scale_floor: 1.0e-6", "scale_floor: 1.0e-5"))   # exact scales are stored
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 0 and "compatible: scale group head: scale_floor" in proc.stdout, proc.stdout
+    per_head.write_text(per_head_good)
+    kv_spec = root / "specs" / "mxfp8_kv.yaml"                # head sizes other than 128 become unreadable
+    kv_good = kv_spec.read_text()
+    kv_spec.write_text(edit(kv_good, "values: any, dtype", "values: 128, dtype"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and ("specs/mxfp8_kv.yaml: breaking: heads=8, values=256: taken by the old layout, "
+                                     "refused by the new") in proc.stdout, proc.stdout
+    kv_spec.write_text(kv_good)
+    nvfp4 = root / "specs" / "flashinfer_nvfp4.yaml"          # codes decode as code x s, not code x s x g
+    nvfp4_good = nvfp4.read_text()
+    nvfp4.write_text(edit(nvfp4_good, "    global: scale ", "    # global: scale "))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and "breaking: scale group scale_x: global: scale -> None" in proc.stdout, proc.stdout
+    nvfp4.write_text(nvfp4_good)
     spec.write_text(edit(good, "pad_to: 8 ", "pad_to: 16"))                        # every page's bytes move
     proc = kv("diff", "--against", "HEAD", "--format", "json", cwd=root)
     changes = json.loads(proc.stdout)
