@@ -46,6 +46,8 @@ class Int(Type):
 
     @property
     def doc_name(self):
+        if self.minimum is not None and self.minimum == self.maximum:
+            return f"the integer {self.minimum}"
         if self.minimum is not None and self.maximum is not None:
             return f"an integer in [{self.minimum}, {self.maximum}]"
         if self.minimum is not None:
@@ -56,6 +58,8 @@ class Int(Type):
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(value, mark, where, "write a whole number without quotes")
         if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            if self.minimum == self.maximum:
+                self.fail(value, mark, where, f"write {self.minimum}")
             bounds = [f">= {self.minimum}" if self.minimum is not None else "", f"<= {self.maximum}" if self.maximum is not None else ""]
             self.fail(value, mark, where, "use a whole number " + " and ".join(b for b in bounds if b))
         return value
@@ -202,7 +206,8 @@ class ListOf(Type):
         if not isinstance(value, MarkedList):
             self.fail(value, mark, where, "write a YAML list, e.g. [a, b] or one '- item' per line")
         if len(value) < self.min_items:
-            raise SpecError(mark, f"{where}: needs at least {self.min_items} item(s), got {len(value)}")
+            raise SpecError(mark, f"{where}: needs at least {self.min_items} item(s), got {len(value)}",
+                            f"list at least {self.min_items} item(s), each {self.item.doc_name}")
         if self.max_items is not None and len(value) > self.max_items:
             raise SpecError(mark, f"{where}: takes at most {self.max_items} item(s), got {len(value)}",
                             f"keep at most {self.max_items}")
@@ -243,7 +248,8 @@ class MapOf(Type):
         if not isinstance(value, MarkedDict):
             self.fail(value, mark, where, "write a YAML mapping of name: entry")
         if len(value) < self.min_items:
-            raise SpecError(mark, f"{where}: needs at least {self.min_items} entry(ies)")
+            raise SpecError(mark, f"{where}: needs at least {self.min_items} entry(ies)",
+                            f"add at least {self.min_items} name: {self.value.doc_name} entry(ies)")
         out = MarkedDict()
         out.mark, out.key_marks, out.value_marks = value.mark, value.key_marks, value.value_marks
         def entry(k, v):

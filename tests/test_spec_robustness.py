@@ -298,6 +298,10 @@ SEMANTIC = [
      ["scales.scale.format", "float32 tensor"]),
     ("given scale with an amax floor", edit(SHIPPED["vllm_fp8"], "group: tensor}", "group: tensor, amax_floor: 1.0e-4}"),
      "vllm_fp8", ["scales.scale.amax_floor", "not computed from amax"]),
+    ("no planes", edit(GOOD, "planes: [k]", "planes: []"), "dsv4_k", ["planes: needs at least 1 item(s), got 0",
+                                                                      "fix: list at least 1 item(s), each an identifier"]),
+    ("another language version", edit(GOOD, "kvlayout: 1", "kvlayout: 2"), "dsv4_k",
+     ["kvlayout: expected the integer 1, got 2", "fix: write 1"]),
     # page sizes the cache's shape could not tell apart, or heads it could not hold
     ("padding hides the page size", edit(GOOD, "align: 576", "align: 4096"), "dsv4_k",
      ["page.align", "the same page bytes", "grows by only 584 bytes", "at least 8"]),
