@@ -170,11 +170,11 @@ def compare_layout(old, new) -> list:
     for sizes in _sizes(old) + _sizes(new):
         # heads or values the old layout took and the new one refuses, at a page size both take (a
         # page-size change is reported above)
-        paged = {**sizes, PAGE_SIZE: sizes[PAGE_SIZE] * new.page_size_multiple}
+        paged = {**sizes, PAGE_SIZE: math.lcm(sizes[PAGE_SIZE], new.page_size_multiple)}
         if _takes(old, paged) and not _takes(new, paged) and "sizes" not in seen:
             seen.add("sizes")
-            changes.append(Change(spec, True, f"heads={paged[HEADS]}, values={paged[VALUES]}: taken by the old "
-                                              "layout, refused by the new (such caches become unreadable)"))
+            changes.append(Change(spec, True, f"{_at(paged)}: taken by the old layout, refused by the new (such "
+                                              "caches become unreadable)"))
         if not (_takes(old, sizes) and _takes(new, sizes)):
             continue                     # sizes one of the two refuses
         compared += 1

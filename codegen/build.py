@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import language, marked_yaml
 from .errors import Mark, SpecError
-from .expr import Expr, const, divisible, round_up, round_up_operand, sym
+from .expr import Expr, RoundUp, const, divisible, round_up, round_up_operand, sym
 from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, fp32_value, rule_terms
 from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
                     ScaleGroup, Segment, Source, Term, op_params)
@@ -750,7 +750,7 @@ def _check_page_size_is_seen(tree, buffers, multiple: int, align: int):
                         f"different page sizes the same page bytes (a page grows by only {growth} bytes per "
                         f"{multiple} slot(s)), so the ops could not check a call's page_size against the cache",
                         f"use page.align of at most {growth}, or page.size_multiple_of of at least "
-                        f"{-(-align * multiple // growth)}")
+                        f"{multiple * -(-align // growth)}")
 
 
 def _inline_region(records: Region, buffer: str, g: ScaleGroup, at: Expr) -> Region:
@@ -893,6 +893,12 @@ def _check_alignment(region: Region, buffers, size: int, subject: str, tree, che
                 raise SpecError(tree.value_mark("buffers"), f"buffers.{buf.name}: {what} ({e.const_value()} bytes) is "
                                 f"not a multiple of {size}, so {subject} would be misaligned",
                                 "pad the record or the page (page.align), or reorder the regions")
+        elif isinstance(e, RoundUp) and e.multiple % size and not divisible(e, size):
+            # padding to the page's align would misalign some page sizes' pages: refused here, not
+            # per call (explain, diff and the pictures show a layout at 64 and 128 slots)
+            raise SpecError(tree["page"].value_mark("align"), f"page.align: {e.multiple} is not a multiple of {size}, "
+                            f"so padded pages of buffer {buf.name!r} would misalign {subject}",
+                            f"use a multiple of {size}, e.g. {math.lcm(e.multiple, size)}")
         elif not divisible(e, size):
             checks.append((e, size, f"{what} must be a multiple of {size} bytes, or {subject} would be misaligned"))
 

@@ -729,7 +729,7 @@ def _check_compiled_device(kernel, name: str, device) -> None:
     would fail inside Triton with no active driver, or read host memory as device memory)."""
     if device.type == "cpu" and isinstance(kernel, triton.runtime.JITFunction):
         raise ValueError(f"{name}: the tensors are on the CPU, but the kernels are compiled for a GPU; on the CPU set "
-                         "TRITON_INTERPRET=1 before importing the module, or call the op's _ref twin")
+                         f"TRITON_INTERPRET=1 before importing the module, or call {kernel.__module__}'s _ref functions")
 
 
 def _plan_for(kernel, tensors: tuple, device, name: str) -> _Plan | None:

@@ -232,13 +232,13 @@ def test_diff_classifies_breaking_and_compatible_changes(tmp_path):
     spec.write_text(good)
     per_head.write_text(edit(per_head_good, "scale_floor: 1.0e-6", "scale_floor: 1.0e-5"))   # exact scales are stored
     proc = kv("diff", "--against", "HEAD", cwd=root)
-    assert proc.returncode == 0 and "compatible: scale group head: scale_floor" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and "compatible: scale group head: scale_floor: 1e-06 -> 1e-05" in proc.stdout, proc.stdout
     per_head.write_text(per_head_good)
     kv_spec = root / "specs" / "mxfp8_kv.yaml"                # head sizes other than 128 become unreadable
     kv_good = kv_spec.read_text()
     kv_spec.write_text(edit(kv_good, "values: any, dtype", "values: 128, dtype"))
     proc = kv("diff", "--against", "HEAD", cwd=root)
-    assert proc.returncode == 1 and ("specs/mxfp8_kv.yaml: breaking: heads=8, values=256: taken by the old layout, "
+    assert proc.returncode == 1 and ("specs/mxfp8_kv.yaml: breaking: page_size=64, heads=8, values=256: taken by the old layout, "
                                      "refused by the new") in proc.stdout, proc.stdout
     kv_spec.write_text(kv_good)
     nvfp4 = root / "specs" / "flashinfer_nvfp4.yaml"          # codes decode as code x s, not code x s x g
