@@ -20,7 +20,7 @@ check: $(BIN)/kvlayout
 	$(BIN)/kvlayout check
 
 test: $(BIN)/kvlayout
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m tests.run
 
 # GPU only (a CUDA device): every spec x op, the device copy in the same run (see README, Performance).
 bench: $(BIN)/kvlayout

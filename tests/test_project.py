@@ -514,3 +514,17 @@ print("round trip ok", m.__file__)
     if checkout is not None:
         assert run([GIT, "status", "--porcelain", "--ignored"], cwd=ROOT).stdout == checkout, "the checkout is unchanged"
     print("\n".join(transcript))
+
+
+def test_the_two_test_processes_run_every_test_once():
+    """make test's runner (tests/run.py): one process takes tests/test_kernels.py less the moved
+    tests (deselected by their parametrized ids, so test_quantize_store stays), the other every
+    other test file and the moved tests."""
+    from tests import run, test_kernels
+    kernels, others = run.groups()
+    files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
+    assert kernels[0] == run.KERNELS and sorted([kernels[0], *others[: len(files) - 1]]) == files
+    assert others[len(files) - 1:] == list(run.MOVED)
+    for test in run.MOVED:
+        assert callable(getattr(test_kernels, test.split("::")[1]))
+        assert kernels[kernels.index(f"{test}[") - 1] == "--deselect"

@@ -1,0 +1,56 @@
+"""`make test`: the suite as two pytest processes at once where the machine has two CPUs or more.
+
+The interpreted kernel tests (tests/test_kernels.py) take over half the suite's time, so they run
+beside everything else, less the dense quantize and dequantize tests, which join the other process
+to even the two out. Each process's output is printed when it ends, and the exit status is the
+first failing process's (0 when both pass). With one CPU it is plain `pytest -q`. Extra arguments
+go to both processes, e.g. `python -m tests.run -x`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = "tests/test_kernels.py"
+MOVED = (f"{KERNELS}::test_quantize", f"{KERNELS}::test_dequantize")     # run with the other files
+
+
+def groups() -> tuple:
+    """The two processes' pytest arguments: every test once."""
+    others = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
+    kernels = [KERNELS, *(arg for test in MOVED for arg in ("--deselect", f"{test}["))]
+    return kernels, [*(p for p in others if p != KERNELS), *MOVED]
+
+
+def main(extra: list) -> int:
+    if (os.cpu_count() or 1) < 2:
+        return subprocess.call([sys.executable, "-m", "pytest", "-q", *extra], cwd=ROOT)
+    jobs = []
+    try:
+        for group in groups():
+            log = tempfile.TemporaryFile("w+")
+            jobs.append((group, log, subprocess.Popen([sys.executable, "-m", "pytest", "-q", *group, *extra],
+                                                      cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)))
+        codes = []
+        for i, (group, log, job) in enumerate(jobs):
+            codes.append(job.wait())
+            log.seek(0)
+            print(f"==== pytest process {i + 1} of {len(jobs)} ({group[0]}{', ...' if len(group) > 1 else ''}): "
+                  f"exit {codes[-1]}", flush=True)
+            sys.stdout.write(log.read())
+            sys.stdout.flush()
+    finally:
+        for _, log, job in jobs:      # an interrupted run leaves no pytest behind
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            log.close()
+    return next((code for code in codes if code), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
