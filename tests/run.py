@@ -1,10 +1,10 @@
 """`make test`: the suite as two pytest processes at once where the machine has two CPUs or more.
 
 The interpreted kernel tests (tests/test_kernels.py) take over half the suite's time, so they run
-beside everything else, less the dense quantize and dequantize tests, which join the other process
-to even the two out. Each process's output is printed when it ends, and the exit status is the
-first failing process's (0 when both pass). With one CPU it is plain `pytest -q`. Extra arguments
-go to both processes, e.g. `python -m tests.run -x`.
+beside everything else, less the dense quantize and dequantize tests and the gather's lane-group
+tests, which join the other process to even the two out. Each process's output is printed when it
+ends, and the exit status is the first failing process's (0 when both pass). With one CPU it is
+plain `pytest -q`. Extra arguments go to both processes, e.g. `python -m tests.run -x`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "tests/test_kernels.py"
-MOVED = (f"{KERNELS}::test_quantize", f"{KERNELS}::test_dequantize")     # run with the other files
+MOVED = tuple(f"{KERNELS}::{test}" for test in ("test_quantize", "test_dequantize", "test_gather_dequant_lane_groups"))
 
 
 def groups() -> tuple:
