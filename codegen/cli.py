@@ -258,7 +258,8 @@ package = "{package}"
 
 
 def cmd_init(args) -> int:
-    """Write a config, the JSON Schema where the specs' modeline finds it, and one example spec."""
+    """Write a config, the JSON Schema where the specs' modeline finds it, the spec reference beside
+    it, and one example spec."""
     if getattr(args, "config", None) is not None:
         raise UsageError("init writes kvlayout.toml into --root DIR (or the current folder); --config names an "
                          "existing config")
@@ -290,7 +291,9 @@ def cmd_init(args) -> int:
     schema_file = project.out_dir / "spec.schema.json"
     schema_file.parent.mkdir(parents=True, exist_ok=True)
     schema_file.write_text(render.render_schema(), encoding="utf-8")
-    written.append(schema_file)
+    reference = project.out_dir / "SPEC_REFERENCE.md"       # the example spec's comments point to it
+    reference.write_text(render.render_reference(), encoding="utf-8")
+    written += [schema_file, reference]
     if not any(spec_dir.glob("*.yaml")):
         example = spec_dir / f"{EXAMPLE}.yaml"
         example.write_text(_spec_text(project, EXAMPLE, None), encoding="utf-8")

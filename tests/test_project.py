@@ -155,7 +155,8 @@ def test_init_into_an_output_path_that_is_a_file_writes_nothing(tmp_path):
 def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     proc = kv("init", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "generated" / "spec.schema.json").read_text() == (ROOT / "generated" / "spec.schema.json").read_text()
+    for name in ("spec.schema.json", "SPEC_REFERENCE.md"):
+        assert (tmp_path / "generated" / name).read_text() == (ROOT / "generated" / name).read_text(), name
     example = (tmp_path / "specs" / "example.yaml").read_text()
     assert example.startswith("# yaml-language-server: $schema=../generated/spec.schema.json\n") and "name: example " in example
     assert kv("init", cwd=tmp_path).returncode == 4, "a second init writes nothing"
