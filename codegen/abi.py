@@ -14,7 +14,6 @@ folder the revision lacks count as added).
 from __future__ import annotations
 
 import math
-import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from . import config, explain, pipeline
 from .errors import Mark
+from .formats import fp32_value
 from .model import HEADS, PAGE_SIZE, VALUES
 
 # Facts of a scale group that only steer the quantizer (old caches decode the same).
@@ -140,11 +140,8 @@ def _flat(facts: dict, prefix: str = "") -> dict:
 def _show(value) -> str:
     """A fact as the spec would write it: an fp32 value (a floor) by its shortest decimal, 1e-06
     rather than 9.999999974752427e-07."""
-    if isinstance(value, float) and math.isfinite(value):
-        fp32 = struct.unpack("f", struct.pack("f", value))[0]
-        if fp32 == value:
-            return next(text for digits in range(1, 10) if struct.unpack("f", struct.pack("f", float(
-                text := f"{value:.{digits}g}")))[0] == value)
+    if isinstance(value, float) and math.isfinite(value) and fp32_value(value) == value:
+        return next(text for digits in range(1, 10) if fp32_value(float(text := f"{value:.{digits}g}")) == value)
     return str(value)
 
 
@@ -208,7 +205,7 @@ def _padding_changes(old, new, seen: set) -> list:
     shared = [(a, b) for a in old.buffers for b in new.buffers if a.name == b.name]
     for k in range(1, min(math.lcm(old.page_align, new.page_align), PADDING_SCAN) + 1):
         at = {**sizes, PAGE_SIZE: k * step}
-        if not (explain.accepts(old, at) and explain.accepts(new, at)):
+        if not (_takes(old, at) and _takes(new, at)):
             continue
         for a, b in shared:
             key = f"buffer {a.name}: page bytes"

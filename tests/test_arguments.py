@@ -1,11 +1,15 @@
 """Argument handling of the generated modules: bad calls raise ValueError naming the argument before
 any launch, caches carry their page size in their shape, and launch plans (the cheap path of a
 repeated call) give the checked path's bytes and keep its per-call checks."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import DEVICE, ON_GPU
+from tests.conftest import DEVICE, ON_GPU, ROOT
 from tests.corpus import generator, random_bytes, scaled_normal
 from tests.harness import (LAYOUTS, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
                            module, per_plane, sources)
@@ -167,7 +171,6 @@ def test_alloc_cache_gives_every_buffer_its_page_bytes(name):
     (an fp32 scale buffer too), and the module's own checks accept it; the default device is
     torch's default (the CPU here unless set otherwise)."""
     from codegen import build
-    from tests.layouts import ROOT
     m = module(name)
     heads, values, page = dims(m)
     folder = ROOT / "specs" if name in SPECS else ROOT / "tests" / "specs"
@@ -620,6 +623,7 @@ import generated.mxfp8_kv as kv, generated.mxfp8_v_seqblocked as vs
 cache = kv.alloc_cache(2, 32, heads=1, values=64)
 x, ids = torch.ones(2, 1, 64), torch.tensor([1, 2])
 calls = [("quantize", lambda: kv.quantize(torch.ones(2, 64))),
+         ("dequantize", lambda: kv.dequantize(*kv.quantize_ref(torch.ones(2, 64)))),
          ("quantize_store", lambda: kv.quantize_store(x, x, ids, cache, 32)),
          ("gather_dequant", lambda: kv.gather_dequant(cache, ids, 32)),
          ("reset_pages", lambda: kv.reset_pages(cache, ids, 32)),
@@ -636,17 +640,13 @@ for op, call in calls:
 def test_cpu_tensors_for_compiled_kernels_are_refused_before_launch():
     """Without the interpreter the kernels are compiled for a GPU: CPU tensors get a ValueError naming
     the argument and the way out (a launch would fail inside Triton, 'no active driver')."""
-    import os
-    import subprocess
-    import sys
-    from tests.conftest import ROOT
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", COMPILED_ON_CPU], cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    ops = ("quantize", "dequantize", "quantize_store", "gather_dequant", "reset_pages", "append")
     lines = proc.stdout.splitlines()
-    assert [line.split(" ", 2)[:2] for line in lines] == [[op, "ValueError"] for op in
-                                                            ("quantize", "quantize_store", "gather_dequant", "reset_pages", "append")]
-    want = ("x", "loc", "token_ids", "page_ids", "loc")
-    for line, name in zip(lines, want):
+    assert [line.split(" ", 2)[:2] for line in lines] == [[op, "ValueError"] for op in ops]
+    for line, name in zip(lines, ("x", "data", "loc", "token_ids", "page_ids", "loc")):
         assert line.split(" ", 2)[2].startswith(f"{name}: the tensors are on the CPU"), line
-        assert "TRITON_INTERPRET=1" in line and ("generated.mxfp8_kv's _ref" in line or "generated.mxfp8_v_seqblocked's _ref" in line), line
+        module_name = "generated.mxfp8_v_seqblocked" if line.startswith("append") else "generated.mxfp8_kv"
+        assert f"TRITON_INTERPRET=1 before importing the module, or call {module_name}'s _ref functions" in line, line
