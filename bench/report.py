@@ -29,24 +29,24 @@ MISSES = [
     "reading and writing back the same 2048 random 32-slot blocks takes 36.5-40 us (`python -m bench.floors`).",
     "DSv4 gather of 2048 ids, 1.42x the seed's GPU time (not 2x): a bare kernel with the same two dependent "
     "loads and writes takes at least 1.97 us (`bench.floors`); 2x would need 1.68 us.",
-    "fp4 layouts at 131072 tokens (gathers 68-72%; quantize_store dsv4_mxfp4 60 / 55%, dsv4_nvfp4 42%, "
+    "fp4 layouts at 131072 tokens (gathers 69-73%; quantize_store dsv4_mxfp4 59 / 56%, dsv4_nvfp4 42%, "
     "flashinfer_nvfp4 41 / 40%, its decode-size calls 5.3 us gather and 7.4 us quantize_store): per-value "
     "arithmetic, as sm_90 has no e2m1 conversion. dsv4_mxfp4's writer issues 828 sm_90 instructions a warp for "
     "32 values a thread (26 a value, addresses and scales included): 52 us of issue at 131072 tokens against 43 us "
     "of memory at the copy rate, 73 us measured; flashinfer_nvfp4's adds a corrected quotient a value, "
     "dsv4_nvfp4's seven rounded-product compares (sglang's rule). Tuning stops spent.",
-    "mxfp8_kv_128x4 quantize_store with random slots (68%): random slots as for mxfp8_kv (a plain scatter of "
+    "mxfp8_kv_128x4 quantize_store with random slots (69%): random slots as for mxfp8_kv (a plain scatter of "
     "MXFP8's bytes reaches 60%, tools/scatter_ceiling.py); a slot's scales here are 4-byte runs 512 bytes apart "
     "(one per 128 values), not one run, which the scatter ceiling did not model.",
-    "vllm_fp8_per_token_head quantize_store (71 / 70% at 131072 tokens, 5.4 us for 2048): its 132-byte records "
+    "vllm_fp8_per_token_head quantize_store (71 / 69% at 131072 tokens, 5.4 us for 2048): its 132-byte records "
     "(head_size + 4) start on 4-byte boundaries, so no store is wider than 4 bytes and a record shares its first "
     "and last 32-byte sectors with its neighbours; a bare kernel writing such rows contiguously, no quantization, "
     "reaches 70-78% (tools/record_stride_ceiling.py; 128-byte rows: 100%).",
     "vllm_ds_mla quantize_store (68 / 66% at 131072 tokens): vLLM's rule divides each value by its scale (a "
     "reciprocal per group and a corrected product per value) where ds32_mla multiplies by a power of two "
-    "(77 / 70%), with random slots as for DSv4; reading kv_c and k_pe apart costs nothing (the same spec over "
+    "(78 / 70%), with random slots as for DSv4; reading kv_c and k_pe apart costs nothing (the same spec over "
     "whole rows measured alike).",
-    "ds32_mla quantize_store (77% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (56-69%): "
+    "ds32_mla quantize_store (78% prefill, 70% random) and ds32_indexer's cache ops at 131072 tokens (55-67%): "
     "random slots as for DSv4; the indexer's 17 MB calls are too short to reach the copy rate (its dequantize "
     "at 2^21 rows reaches 94%); its dense quantize (88%) keeps a tile's quotients live (96 registers at 32 "
     "values per thread), so it takes 16 per thread.",
