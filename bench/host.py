@@ -118,13 +118,14 @@ def rows(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device="cuda").to(dtype)
 
 
-def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs") -> list:
+def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs", partial: bool = False) -> list:
     """(name, size, ours, seed or None): every generated op at decode size, and the compat ops (the
-    seed layouts' rows where the package has their modules)."""
+    seed layouts' rows where the package has their modules). `partial`: the package may lack layouts
+    (an earlier build timed --against this one): their rows are left out."""
     names = sorted(p.stem for p in specs.glob("*.yaml"))
     if not all(n in names and importlib.util.find_spec(f"{package}.{n}") for n in HAND_MADE) or \
             importlib.util.find_spec(f"{package}.compat.sglang_mxfp8") is None:
-        return layout_cases(package, set(), specs)
+        return layout_cases(package, set(), specs, partial)
     dsv4 = importlib.import_module(f"{package}.dsv4_k")
     kv = importlib.import_module(f"{package}.mxfp8_kv")
     sb = importlib.import_module(f"{package}.mxfp8_v_seqblocked")
@@ -172,6 +173,11 @@ def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs") -> lis
     # as sglang's pool calls it: token-major views of the fp8 caches, e8m0 scale buffers
     pool = (kvc.k_cache.view(-1, heads, values), kvc.v_cache.view(-1, heads, values),
             kvc.k_sf.view(torch.float8_e8m0fnu), kvc.v_sf.view(torch.float8_e8m0fnu))
+    if partial:         # an earlier build may not take e8m0 views (Triton has no such pointer type): bytes
+        try:
+            compat_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, *pool, page)
+        except KeyError:
+            pool = (*pool[:2], kvc.k_sf, kvc.v_sf)
     out.append(("compat quant_store_kv_mxfp8", f"{STORE_TOKENS} tok",
                 lambda: compat_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, *pool, page),
                 (lambda: seed_mx.quant_store_kv_mxfp8(kk, vv, kv_loc, *pool, page)) if seeds else None))
@@ -185,17 +191,17 @@ def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs") -> lis
     out.append(("compat update_mxfp8_v_cache_seqblocked", f"{STORE_TOKENS} tok",
                 lambda: compat_mx.update_mxfp8_v_cache_seqblocked(vv, sb_loc, sbc.v_cache, sbc.v_sf),
                 (lambda: seed_mx.update_mxfp8_v_cache_seqblocked(vv, sb_loc, sbc.v_cache, sbc.v_sf)) if seeds else None))
-    out += layout_cases(package, set(HAND_MADE), specs)
+    out += layout_cases(package, set(HAND_MADE), specs, partial)
     return out
 
 
-def layout_cases(package: str, done: set, specs: Path) -> list:
+def layout_cases(package: str, done: set, specs: Path, partial: bool = False) -> list:
     """The ops of every other layout spec, at the same decode sizes: STORE_TOKENS rows written,
     DECODE_IDS ids gathered from 1024 pages, DENSE_ROWS dense rows (heads and values where free:
-    8 and 128)."""
+    8 and 128). `partial`: layouts the package has no module for are skipped (see cases)."""
     out = []
     for path in sorted(specs.glob("*.yaml")):
-        if path.stem in done:
+        if path.stem in done or (partial and importlib.util.find_spec(f"{package}.{path.stem}") is None):
             continue
         m = importlib.import_module(f"{package}.{path.stem}")
         heads, values = m.HEADS or 8, m.VALUES or 128
@@ -305,7 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--specs", type=Path, default=ROOT / "specs", help="the layout specs to time (one module each)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--against", metavar="PACKAGE", help="also time each op with this package's modules, alternating "
-                   "with ours over ROUNDS rounds (the faster timing of each), side by side")
+                   "with ours over ROUNDS rounds (the faster timing of each), side by side; ops it lacks are "
+                   "timed with ours alone")
     p.add_argument("--before", metavar="TEXT", help="what the --against package is (e.g. 'the previous build, "
                    "abc1234'), kept in the JSON for --table")
     p.add_argument("--table", type=Path, metavar="JSON", help="print a run's JSON file as a Markdown table (no GPU needed)")
@@ -322,12 +329,12 @@ def main(argv=None) -> int:
     add = add_yardstick()
     add_us = host_us(add)
     results = []
-    theirs = {name: fn for name, _, fn, _ in cases(args.against, None, args.specs)} if args.against else {}
+    theirs = {name: fn for name, _, fn, _ in cases(args.against, None, args.specs, partial=True)} if args.against else {}
     for name, size, ours, seed in cases(args.package, args.seeds, args.specs):
         fns = {"host_us": ours, "add_us": add}
         if seed:
             fns["seed_host_us"] = seed
-        if theirs:
+        if name in theirs:             # (an op the --against package has)
             fns["against_host_us"] = theirs[name]
         row = {"op": name, "size": size, "seed_host_us": None, **in_turns(fns)}
         add_us = min(add_us, row["add_us"])

@@ -106,18 +106,25 @@ def _over_two(ratios: dict) -> list:
 
 def compat_table(host: dict) -> list:
     """The compat ops' host time per eager call beside their seeds' (`bench --host --seeds`), and a
-    line on the generated ops' ratios to the yardstick."""
+    line on the generated ops' ratios to the yardstick. A run with --against (an earlier build, named
+    by its `before`) adds that build's time for each op it has, timed in turns with the rest."""
     env = host["environment"]
     paired = all("add_us" in r for r in host["results"])
+    before = [r for r in host["results"] if r.get("against_host_us") is not None]
     lines = [f"{env['device']}, torch {env['torch']}, triton {env['triton']}, {env['date']} "
              f"([host-h200.json](host-h200.json)); {CALLS} eager calls per op, no sync; bare `torch.add` "
              f"{host['torch_add_us']:.1f} us in this run" +
              (" at its fastest; each row's ratio is to the torch.add timed in turns with it (the host drifts)."
-              if paired else "."), "",
-             "| compat op | size | seed us | kvlayout us | / torch.add |", "|---|---|---:|---:|---:|"]
+              if paired else ".") +
+             (f" Before: {host['before']}, timed in turns with this build." if before else ""), ""]
+    if before:
+        lines += ["| compat op | size | seed us | before us | kvlayout us | / torch.add |", "|---|---|---:|---:|---:|---:|"]
+    else:
+        lines += ["| compat op | size | seed us | kvlayout us | / torch.add |", "|---|---|---:|---:|---:|"]
     for r in host["results"]:
         if r["seed_host_us"] is not None:
-            lines.append(f"| {r['op'].removeprefix('compat ')} | {r['size']} | {r['seed_host_us']:.1f} | "
+            was = (f"{r['against_host_us']:.1f} | " if r.get("against_host_us") is not None else "- | ") if before else ""
+            lines.append(f"| {r['op'].removeprefix('compat ')} | {r['size']} | {r['seed_host_us']:.1f} | {was}"
                          f"{r['host_us']:.1f} | {r['host_us'] / _add(host, r):.2f} |")
     ratios = _op_ratios(host)
     over = _over_two(ratios)
@@ -125,7 +132,19 @@ def compat_table(host: dict) -> list:
               f"{max(ratios.values()):.2f}x torch.add, median {statistics.median(ratios.values()):.2f}x; "
               f"{len(ratios) - len(over)} at most 2x" +
               (f"; over: {', '.join(f'{op} {ratios[op]:.2f}' for op in over)}." if over else ".")]
+    ops = [r for r in before if not r["op"].startswith("compat ")]
+    if ops:
+        was = [r["against_host_us"] / _add(host, r) for r in ops]
+        lines[-1] += (f" The {len(ops)} generated ops the build before has: {_span(ops, 'against_host_us')} us, "
+                      f"median {statistics.median(was):.2f}x torch.add, before; {_span(ops, 'host_us')} us, median "
+                      f"{statistics.median(ratios[r['op']] for r in ops):.2f}x, now.")
     return lines
+
+
+def _span(rows: list, key: str) -> str:
+    """'lo-hi' of the rows' `key`, one decimal."""
+    values = [r[key] for r in rows]
+    return f"{min(values):.1f}-{max(values):.1f}"
 
 
 def breakdown_table(host: dict) -> list:

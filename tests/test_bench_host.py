@@ -28,3 +28,19 @@ def test_report_divides_each_row_by_its_own_torch_add():
     assert any("3.00-3.00x torch.add" in line and "over: l.quantize 3.00" in line for line in lines)
     del row["add_us"], gen["add_us"]                     # a run without paired timings: the run's torch.add
     assert "| x | 1 | 30.0 | 12.0 | 3.00 |" in report.compat_table(host)
+
+
+def test_report_shows_the_earlier_build_beside_this_one_where_the_run_timed_it():
+    compat = {"op": "compat x", "size": "1", "host_us": 12.0, "add_us": 8.0, "seed_host_us": 30.0,
+              "against_host_us": 40.0}
+    old = {"op": "l.quantize", "size": "1", "host_us": 18.0, "add_us": 6.0, "seed_host_us": None,
+           "against_host_us": 24.0}
+    new = {"op": "m.quantize", "size": "1", "host_us": 9.0, "add_us": 6.0, "seed_host_us": None}   # not in the old build
+    host = {"environment": {"device": "d", "torch": "t", "triton": "tr", "date": "x"}, "torch_add_us": 4.0,
+            "before": "the build abc", "results": [compat, old, new]}
+    lines = report.compat_table(host)
+    assert "| compat op | size | seed us | before us | kvlayout us | / torch.add |" in lines
+    assert "| x | 1 | 30.0 | 40.0 | 12.0 | 1.50 |" in lines
+    assert "Before: the build abc, timed in turns with this build." in lines[0]
+    assert lines[-1].endswith("The 1 generated ops the build before has: 24.0-24.0 us, median 4.00x torch.add, "
+                              "before; 18.0-18.0 us, median 3.00x, now.")
