@@ -181,8 +181,12 @@ def build_layout(tree, display: str, digest: str) -> Layout:
         # reader could not take (heads, values) from its shape.
         other = next((r.holds for r in records_buffer.regions if r.holds != "records" and not r.inline), None)
         why = f"also holds {other!r}" if other else f"pads its pages (page.align: {align})"
-        raise SpecError(tree.value_mark("heads" if heads.symbols() else "values"),
-                        f"{'heads' if heads.symbols() else 'values'}: 'any' is taken from the records buffer's last two "
+        if heads.symbols():
+            mark, field = tree.value_mark("heads"), "heads"
+        else:             # the one segment of values: any
+            i = next(i for i, seg in enumerate(tree["record"]) if "scales" not in seg and seg["values"] == "any")
+            mark, field = tree["record"][i].value_mark("values"), f"record[{i}].values"
+        raise SpecError(mark, f"{field}: 'any' is taken from the records buffer's last two "
                         f"dims, but buffer {records.buffer!r} {why}, so it is allocated as (num_pages, page_bytes) bytes",
                         "give a fixed count, or keep the records alone in their buffer with page.align: 1")
     _check_page_size_is_seen(tree, buffers, multiple, align)
@@ -230,12 +234,12 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                             "rename the buffer, e.g. cache")
     for s in segments:
         if s.raw is not None:
-            _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks)
+            _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks, multiple)
     for g in groups.values():
         if g.format.nbytes > 1 and not g.given:
             region = next(r for b in buffers for r in b.regions if r.holds == g.name)
             _check_alignment(records if region.inline else region, buffers, g.format.nbytes,
-                             f"{g.format.name} scales of {g.name!r}", tree, checks)
+                             f"{g.format.name} scales of {g.name!r}", tree, checks, multiple)
 
     # Buffer, region and coordinate names join into the constexpr names kernels take (buffer a's
     # group b_c and buffer a_b's group c both give A_B_C_OFFSET): they must come out distinct.
@@ -743,14 +747,19 @@ def _check_page_size_is_seen(tree, buffers, multiple: int, align: int):
         return   # page bytes grow with page_size
     # With padded pages heads and values are fixed (see the 'any' check), so page bytes before padding
     # are a fixed number of bytes per page_size step plus a constant.
-    growth = max(round_up_operand(b.page_bytes).evaluate({PAGE_SIZE: 2 * multiple})
-                 - round_up_operand(b.page_bytes).evaluate({PAGE_SIZE: multiple}) for b in buffers)
+    growth = _page_growth(buffers, multiple)
     if growth < align:
         raise SpecError(tree["page"].value_mark("align"), f"page.align: padding pages to {align} bytes gives "
                         f"different page sizes the same page bytes (a page grows by only {growth} bytes per "
                         f"{multiple} slot(s)), so the ops could not check a call's page_size against the cache",
                         f"use page.align of at most {growth}, or page.size_multiple_of of at least "
                         f"{multiple * -(-align // growth)}")
+
+
+def _page_growth(buffers, multiple: int) -> int:
+    """The bytes the largest unpadded page grows by per page_size step (`multiple` slots)."""
+    return max(round_up_operand(b.page_bytes).evaluate({PAGE_SIZE: 2 * multiple})
+               - round_up_operand(b.page_bytes).evaluate({PAGE_SIZE: multiple}) for b in buffers)
 
 
 def _inline_region(records: Region, buffer: str, g: ScaleGroup, at: Expr) -> Region:
@@ -883,7 +892,7 @@ def _check_placement(tree, buffers, groups):
                             f"add '- {{holds: {need}, order: [...]}}' to a buffer")
 
 
-def _check_alignment(region: Region, buffers, size: int, subject: str, tree, checks):
+def _check_alignment(region: Region, buffers, size: int, subject: str, tree, checks, multiple: int):
     """Every address of `region` must be a multiple of `size` (a raw bf16 segment, an fp32 scale)."""
     buf = next(b for b in buffers if b.name == region.buffer)
     for what, e in (("the element size", region.element_bytes), (f"the {region.holds} region offset", region.offset),
@@ -896,11 +905,25 @@ def _check_alignment(region: Region, buffers, size: int, subject: str, tree, che
         elif isinstance(e, RoundUp) and e.multiple % size and not divisible(e, size):
             # padding to the page's align would misalign some page sizes' pages: refused here, not
             # per call (explain, diff and the pictures show a layout at 64 and 128 slots)
-            raise SpecError(tree["page"].value_mark("align"), f"page.align: {e.multiple} is not a multiple of {size}, "
-                            f"so padded pages of buffer {buf.name!r} would misalign {subject}",
-                            f"use a multiple of {size}, e.g. {math.lcm(e.multiple, size)}")
+            if _padding_misaligns(e, size, multiple):
+                growth = _page_growth(buffers, multiple)
+                lcm = math.lcm(e.multiple, size)
+                fix = lcm if lcm <= growth else max(size, e.multiple // size * size)
+                raise SpecError(tree["page"].value_mark("align"), f"page.align: {e.multiple} is not a multiple of "
+                                f"{size}, so padded pages of buffer {buf.name!r} would misalign {subject}",
+                                f"use a multiple of {size}, e.g. {fix}")
         elif not divisible(e, size):
             checks.append((e, size, f"{what} must be a multiple of {size} bytes, or {subject} would be misaligned"))
+
+
+def _padding_misaligns(e: RoundUp, size: int, multiple: int) -> bool:
+    """Whether some allowed page size's padded page bytes are not a multiple of `size`. The page
+    bytes before padding depend on page_size alone (heads and values are fixed with padded pages), so
+    the page sizes multiple * k for k up to lcm(align, size) cover every residue; True where the
+    bytes depend on other sizes (not proven)."""
+    if e.num.symbols() - {PAGE_SIZE}:
+        return True
+    return any(e.evaluate({PAGE_SIZE: multiple * k}) % size for k in range(1, math.lcm(e.multiple, size) + 1))
 
 
 # --- compat modules -------------------------------------------------------------------------------

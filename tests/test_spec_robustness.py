@@ -313,6 +313,13 @@ SEMANTIC = [
     # 656-byte records padded to 3 bytes: page 1 of 1-slot pages would start at byte 657
     ("padding misaligns raw values", edit(SHIPPED["ds32_mla"], "heads: 1\n", "heads: 1\npage: {align: 3}\n"),
      "ds32_mla", ["page.align: 3 is not a multiple of 2", "would misalign bf16 segment 'rope'", "e.g. 6"]),
+    # 650 is not a multiple of 4, and its lcm with 4 (1300) would pad 656-byte pages to hide page sizes
+    ("the fix for misaligning padding keeps page sizes apart", edit(SHIPPED["ds32_mla"], "heads: 1\n",
+                                                                    "heads: 1\npage: {align: 650}\n"),
+     "ds32_mla", ["page.align: 650 is not a multiple of 4", "e.g. 648)"]),
+    ("values any in padded pages", edit(SHIPPED["mxfp8_kv"], "heads: any", "heads: 8").replace(
+        "  size_multiple_of: 32\n", "  size_multiple_of: 32\n  align: 64\n"), "mxfp8_kv",
+     ["mxfp8_kv.yaml:16:", "record[0].values: 'any'", "pads its pages (page.align: 64)"]),
     ("the fix for hidden page sizes keeps the multiple", edit(SHIPPED["mxfp8_v_seqblocked"], "heads: any", "heads: 2")
      .replace("values: any", "values: 128").replace("  size_multiple_of: 32\n", "  size_multiple_of: 32\n  align: 12288\n"),
      "mxfp8_v_seqblocked", ["page.align", "page.size_multiple_of of at least 64"]),
@@ -525,3 +532,14 @@ def test_raw_cache_only_where_the_op_takes_a_cache(tmp_path):
     spec.write_text(shipped)
     pipeline.build_all(tmp_path)
 
+
+
+@pytest.mark.parametrize("page", ["{size_multiple_of: 3, align: 6}", "{size_multiple_of: 3, align: 3}", "{align: 648}"])
+def test_padding_that_keeps_every_page_aligned_is_accepted(tmp_path, page):
+    """ds32_mla's 656-byte records hold fp32 scales and bf16 values: padding to 6 or 3 bytes never
+    pads when page sizes are multiples of 3 (1968 bytes a step), and 648 is a multiple of 4."""
+    path = tmp_path / "specs" / "ds32_mla.yaml"
+    path.parent.mkdir()
+    path.write_text(edit(SHIPPED["ds32_mla"], "heads: 1\n", f"heads: 1\npage: {page}\n"))
+    layout = build.build_layout(*build.load_spec(path, tmp_path)[1:])
+    assert layout.page_align == int(page.rsplit(" ", 1)[1].rstrip("}"))
