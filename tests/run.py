@@ -3,7 +3,8 @@
 The interpreted kernel tests (tests/test_kernels.py) take over half the suite's time, so they run
 beside everything else, less the dense quantize and dequantize tests and the gather's lane-group
 tests, which join the other process to even the two out. Each process's output is printed when it
-ends, and the exit status is the first failing process's (0 when both pass). With one CPU it is
+ends, and the exit status is the first failing process's (0 when both pass; a process that selects
+no test, as with -k, fails only if the other selects none either). With one CPU it is
 plain `pytest -q`. Extra arguments go to both processes, e.g. `python -m tests.run -x`.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "tests/test_kernels.py"
+NO_TESTS = 5                  # pytest's exit status when a process selects no test
 MOVED = tuple(f"{KERNELS}::{test}" for test in ("test_quantize", "test_dequantize", "test_gather_dequant_lane_groups"))
 
 
@@ -27,7 +29,8 @@ def groups() -> tuple:
 
 
 def main(extra: list) -> int:
-    if (os.cpu_count() or 1) < 2:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cpus < 2:                   # (the CPUs this process may run on, not the host's)
         return subprocess.call([sys.executable, "-m", "pytest", "-q", *extra], cwd=ROOT)
     jobs = []
     try:
@@ -49,7 +52,15 @@ def main(extra: list) -> int:
                 job.kill()
                 job.wait()
             log.close()
-    return next((code for code in codes if code), 0)
+    return status(codes)
+
+
+def status(codes: list) -> int:
+    """The run's exit status from the processes': the first failure's, where a process that selected
+    no test (pytest's 5, as with -k or a node id) fails only if every process selected none."""
+    if all(code == NO_TESTS for code in codes):
+        return NO_TESTS
+    return next((code for code in codes if code not in (0, NO_TESTS)), 0)
 
 
 if __name__ == "__main__":

@@ -520,12 +520,22 @@ print("round trip ok", m.__file__)
 def test_the_two_test_processes_run_every_test_once():
     """make test's runner (tests/run.py): one process takes tests/test_kernels.py less the moved
     tests (deselected by their parametrized ids, so test_quantize_store stays), the other every
-    other test file and the moved tests."""
-    from tests import run, test_kernels
+    other test file and the moved tests. pytest collects test_kernels.py's part of each: together
+    they are the file's tests, none twice."""
+    from tests import run
     kernels, others = run.groups()
     files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
     assert kernels[0] == run.KERNELS and sorted([kernels[0], *others[: len(files) - 1]]) == files
     assert others[len(files) - 1:] == list(run.MOVED)
-    for test in run.MOVED:
-        assert callable(getattr(test_kernels, test.split("::")[1]))
-        assert kernels[kernels.index(f"{test}[") - 1] == "--deselect"
+    jobs = [subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for args in ([run.KERNELS], kernels, list(run.MOVED))]
+    whole, kept, moved = ({line for line in job.communicate()[0].splitlines() if "::" in line} for job in jobs)
+    assert whole and kept and all(any(t.startswith(f"{test}[") for t in moved) for test in run.MOVED)
+    assert not kept & moved and kept | moved == whole
+
+def test_the_runner_fails_when_a_process_fails_or_none_selects_a_test():
+    from tests.run import NO_TESTS, status
+    assert status([0, 0]) == 0 and status([NO_TESTS, 0]) == 0 and status([0, NO_TESTS]) == 0
+    assert status([1, 0]) == 1 and status([NO_TESTS, 2]) == 2 and status([0, 1]) == 1
+    assert status([NO_TESTS, NO_TESTS]) == NO_TESTS
