@@ -311,8 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--specs", type=Path, default=ROOT / "specs", help="the layout specs to time (one module each)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--against", metavar="PACKAGE", help="also time each op with this package's modules, alternating "
-                   "with ours over ROUNDS rounds (the faster timing of each), side by side; ops it lacks are "
-                   "timed with ours alone")
+                   "with ours over ROUNDS rounds (the faster timing of each), side by side; ops it lacks (or "
+                   "times at other sizes) are timed with ours alone")
     p.add_argument("--before", metavar="TEXT", help="what the --against package is (e.g. 'the previous build, "
                    "abc1234'), kept in the JSON for --table")
     p.add_argument("--table", type=Path, metavar="JSON", help="print a run's JSON file as a Markdown table (no GPU needed)")
@@ -329,13 +329,16 @@ def main(argv=None) -> int:
     add = add_yardstick()
     add_us = host_us(add)
     results = []
-    theirs = {name: fn for name, _, fn, _ in cases(args.against, None, args.specs, partial=True)} if args.against else {}
+    # the other build's calls by op and size (one that lacks a seed layout's compat module times that
+    # layout's ops at other sizes: those rows are ours alone)
+    theirs = {(name, size): fn for name, size, fn, _ in cases(args.against, None, args.specs, partial=True)} \
+        if args.against else {}
     for name, size, ours, seed in cases(args.package, args.seeds, args.specs):
         fns = {"host_us": ours, "add_us": add}
         if seed:
             fns["seed_host_us"] = seed
-        if name in theirs:             # (an op the --against package has)
-            fns["against_host_us"] = theirs[name]
+        if (name, size) in theirs:     # (an op the --against package has, at this size)
+            fns["against_host_us"] = theirs[name, size]
         row = {"op": name, "size": size, "seed_host_us": None, **in_turns(fns)}
         add_us = min(add_us, row["add_us"])
         results.append(row)
