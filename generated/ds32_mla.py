@@ -250,8 +250,8 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
     geo = _sized_geometry(page_size, heads, values, *dims_from)
-    num_pages = None
-    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
+    pages = {}
+    for i, (field, t, page_bytes) in enumerate(zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES))):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
@@ -259,23 +259,58 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         if 0 < nbytes < page_bytes:
             raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
                              f"which holds {nbytes}")
-        if nbytes == 0 or nbytes % page_bytes:
-            raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
-                             f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
         # instead be flat or count slots first.
-        if (t.dim() < 2 or t.shape[0] * page_bytes != nbytes) and not (
-                raw and (t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
-            forms = "(num_pages, ...), (num_pages * page_size, ...) or flat" if raw else "(num_pages, ...)"
-            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages "
-                             f"for page_size={page_size}; pass the page_size it was allocated with "
-                             "(see alloc_cache/cache_shapes)")
-        if num_pages is None:
-            num_pages = nbytes // page_bytes
-        elif nbytes // page_bytes != num_pages:
-            raise ValueError(f"cache.{field}: holds {nbytes // page_bytes} pages, the other tensors {num_pages}")
+        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and (
+                t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
+            pages[field] = nbytes // page_bytes
+            continue
+        allocated = _allocated_page_size(field, i, t, nbytes, heads, values) if nbytes and t.dim() >= 2 else None
+        if allocated is not None:
+            raise ValueError(f"page_size: cache.{field} was allocated for page_size={allocated} (shape "
+                             f"{tuple(t.shape)}: {t.shape[0]} pages of {nbytes // t.shape[0]} bytes), but page_size={page_size} "
+                             "was passed; pass the page_size it was allocated with")
+        if nbytes == 0 or nbytes % page_bytes:
+            raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
+                             f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
+        forms = "(num_pages, ...), (num_pages * page_size, ...) or flat" if raw else "(num_pages, ...)"
+        raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages "
+                         f"for page_size={page_size}; pass the page_size it was allocated with, or a tensor shaped "
+                         "as alloc_cache/cache_shapes give it")
+    counts = sorted(set(pages.values()), key=list(pages.values()).count)
+    if len(counts) > 1:               # name the tensor whose count the others do not share
+        odd = [field for field, n in pages.items() if n != counts[-1]]
+        if len(odd) == 1 and list(pages.values()).count(counts[-1]) > 1:
+            raise ValueError(f"cache.{odd[0]}: holds {pages[odd[0]]} pages, the other tensors {counts[-1]}")
+        raise ValueError("cache: its tensors hold different numbers of pages (" +
+                         ", ".join(f"{field} {n}" for field, n in pages.items()) + ")")
+    num_pages = counts[0]
     return geo, num_pages
+
+
+def _allocated_page_size(field: str, index: int, t, nbytes: int, heads: int, values: int) -> int | None:
+    """The page size cache field `field` (Cache position `index`) was allocated for, if t has the
+    shape alloc_cache gives it at some page size: the caller's page_size is then the argument at
+    fault. A field's page bytes grow with the page size (the build refuses padding that would hide
+    one), so a bisection over the multiples finds the one whose pages t.shape[0] splits t into;
+    None where none does (a tensor shaped otherwise, e.g. a token-major view, is the fault)."""
+    if nbytes % t.shape[0]:
+        return None
+    want, name = nbytes // t.shape[0], _PAGE_BYTES_NAMES[index]
+    lo, hi = 1, max(1, want)          # page bytes grow by a byte or more a step
+    try:
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            got = _geometry.__wrapped__(mid * PAGE_SIZE_MULTIPLE, heads, values)[name]
+            if got == want:
+                page_size = mid * PAGE_SIZE_MULTIPLE
+                shape = cache_shapes(t.shape[0], page_size, heads=heads, values=values)[field][0]
+                return page_size if tuple(shape) == tuple(t.shape) else None
+            lo, hi = (mid + 1, hi) if got < want else (lo, mid - 1)
+    except ValueError:
+        return None
+    return None
 
 
 # Tensor dtypes every supported Triton takes as typed pointers. The kernels address cache bytes

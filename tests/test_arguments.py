@@ -45,10 +45,10 @@ def test_page_size_is_checked_on_every_call():
 
 @pytest.mark.parametrize("name", cases("quantize_store") + cases("append") + cases("gather_dequant"))
 def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
-    """Every cache tensor's first dim counts pages, so another page size is an error, whichever way
-    the byte counts divide (the compat default page_size=128 on 32-slot caches was one), also one
-    step away, where padded pages are checked by their byte size (the build refuses padding that
-    would give two page sizes one)."""
+    """Every cache tensor's first dim counts pages, so another page size is an error naming page_size
+    and the page size the cache was allocated with, whichever way the byte counts divide (the compat
+    default page_size=128 on 32-slot caches was one), also one step away, where padded pages are
+    checked by their byte size (the build refuses padding that would give two page sizes one)."""
     m = module(name)
     heads, values, page = dims(m)
     cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
@@ -56,16 +56,31 @@ def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
     scales = given(m)
     step = m.PAGE_SIZE_MULTIPLE
     for wrong in (page - step, page + step, 2 * page, 4 * page):
+        told = r"^page_size: cache\.\w+ was allocated for page_size=%d \(shape .*\), but page_size=%d was passed;" % (
+            page, wrong)
         if "gather_dequant" in m.OPS:
-            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, m.gather_dequant, cache, ids, wrong, **scales)
+            raises(told, m.gather_dequant, cache, ids, wrong, **scales)
         writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
         if writer is not None:
             rows = torch.ones(4, heads, values, device=DEVICE)
-            raises(r"cache\.\w+: .*page_size=%d\b" % wrong, writer, *sources(m, [rows] * len(m.PLANES)), ids, cache, wrong,
-                   **scales)
+            raises(told, writer, *sources(m, [rows] * len(m.PLANES)), ids, cache, wrong, **scales)
     raises("page_size: a page of page_size=", m.gather_dequant if "gather_dequant" in m.OPS else m.append,
            *((cache, ids) if "gather_dequant" in m.OPS else ([torch.ones(4, heads, values, device=DEVICE)] * len(m.PLANES)
                                                               + [ids, cache])), 2 ** 40, **scales)
+
+
+def test_a_cache_tensor_with_other_tensors_page_count_is_named():
+    """The tensor whose page count the others do not share is named, whichever field it is (the
+    records tensor too, which gives heads and values); with no one odd tensor, every count is."""
+    m, cache, x, loc = kv_setup()
+    ids = torch.arange(4, device=DEVICE)
+    for i, field in enumerate(m.Cache._fields):
+        short = m.Cache(*(t[:3] if j == i else t for j, t in enumerate(cache)))
+        raises(rf"^cache\.{field}: holds 3 pages, the other tensors 4$", m.gather_dequant, short, ids, 32)
+        raises(rf"^cache\.{field}: holds 3 pages, the other tensors 4$", m.quantize_store, x, x, loc, short, 32)
+    mixed = m.Cache(cache.k_cache[:3], cache.k_sf[:2], cache.v_cache, cache.v_sf)
+    raises(r"^cache: its tensors hold different numbers of pages \(k_cache 3, k_sf 2, v_cache 4, v_sf 4\)$",
+           m.gather_dequant, mixed, ids, 32)
 
 
 def test_compat_default_page_size_is_checked():
@@ -569,7 +584,9 @@ def test_a_raw_cache_takes_token_major_and_flat_tensors(name):
             continue                     # (no tensor of the layout has this form: bytes per page not per slot)
         tried.append(form)
         if any(t.shape[0] != 3 for t in raw):
-            raises(r"^cache\.\w+: shape .* is not \(num_pages, \.\.\.\) of", m.reset_pages, m.Cache(*raw),
+            # (a token-major view of (pages, page bytes) tensors is a cache of 1-slot pages)
+            raises(r"^cache\.\w+: shape .* is not \(num_pages, \.\.\.\) of|^page_size: cache\.\w+ was allocated for "
+                   r"page_size=1 ", m.reset_pages, m.Cache(*raw),
                    torch.tensor([0], device=DEVICE), page)
         for _ in range(2):               # the second call replays where plans exist
             if writer is not None:
@@ -582,8 +599,8 @@ def test_a_raw_cache_takes_token_major_and_flat_tensors(name):
     four = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
     for t in four:
         random_bytes(t, gen)
-    raises(r"^cache\.\w+: .*page_size=%d\b" % (2 * page), m.reset_pages, m.RawCache(*four), torch.tensor([0], device=DEVICE),
-           2 * page)
+    raises(r"^page_size: cache\.\w+ was allocated for page_size=%d .* but page_size=%d was passed" % (page, 2 * page),
+           m.reset_pages, m.RawCache(*four), torch.tensor([0], device=DEVICE), 2 * page)
 
 
 def test_compat_writer_takes_sglangs_token_major_caches_and_flat_scales():
@@ -608,8 +625,8 @@ def test_compat_writer_takes_sglangs_token_major_caches_and_flat_scales():
         mx.quant_store_kv_mxfp8(k, v, loc, got.k_cache.view(-1, heads, values), got.v_cache.view(-1, heads, values), *sf)
         assert_same_cache(m, got, want, f"token-major caches, {form}")
     four = m.alloc_cache(4, 32, heads=heads, values=values, device=DEVICE)     # one page of 128 slots in bytes
-    raises(r"^sfk: shape \(4, 2, 32, 1, 2\) is not \(num_pages, \.\.\.\), \(num_pages \* page_size, \.\.\.\) or flat of "
-           r"512-byte pages for page_size=128", mx.quant_store_kv_mxfp8, k, v, loc % 128,
+    raises(r"^page_size: sfk was allocated for page_size=32 \(shape \(4, 2, 32, 1, 2\): 4 pages of 128 bytes\), but "
+           r"page_size=128 was passed", mx.quant_store_kv_mxfp8, k, v, loc % 128,
            four.k_cache.view(-1, heads, values), four.v_cache.view(-1, heads, values), four.k_sf, four.v_sf)
     small = m.alloc_cache(5, 32, heads=heads, values=values, device=DEVICE)
     raises(r"^k_cache: .* not a whole number of 16384-byte pages \(page_size=128\)", mx.quant_store_kv_mxfp8, k, v,
