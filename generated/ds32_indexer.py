@@ -1411,13 +1411,13 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
     if out is None:
         out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
     outs = (out,)
-    for plane, o in zip(PLANES, outs):
-        _check_tensor(f"out ({plane})", o, OUT_DTYPES, (3,), device, written=True)
-        _check_distinct_elements(f"out ({plane})", o)
+    for name, o in zip(_GATHER_NAMES[-len(PLANES):], outs):   # out, or out (<plane>) each
+        _check_tensor(name, o, OUT_DTYPES, (3,), device, written=True)
+        _check_distinct_elements(name, o)
         if tuple(o.shape) != (n_tokens, heads, values) or (o.stride(2) != 1 and values > 1):
-            raise ValueError(f"out ({plane}): expected shape {(n_tokens, heads, values)} with a contiguous last dim, "
+            raise ValueError(f"{name}: expected shape {(n_tokens, heads, values)} with a contiguous last dim, "
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
-        _check_head_offsets(f"out ({plane})", o)
+        _check_head_offsets(name, o)
     if len({o.dtype for o in outs}) > 1:
         raise ValueError("out: all planes must share one dtype")
     tensors = (token_ids, *cache, *scales, *outs)

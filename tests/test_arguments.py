@@ -83,6 +83,22 @@ def test_a_cache_tensor_with_other_tensors_page_count_is_named():
            m.gather_dequant, mixed, ids, 32)
 
 
+def test_a_one_plane_gathers_output_is_named_out_in_every_error():
+    """A one-plane layout's gather takes out= as one tensor: its errors name `out` (a two-plane
+    layout's name `out (k)` and `out (v)`), as its aliasing errors do."""
+    m = module("dsv4_k")
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
+    ids = torch.arange(3, device=DEVICE)
+    raises(r"^out: expected a torch.Tensor, got tuple", m.gather_dequant, cache, ids, page, out=(None,))
+    raises(r"^out: expected 3 dims", m.gather_dequant, cache, ids, page,
+           out=torch.empty(3, heads * values, dtype=torch.bfloat16, device=DEVICE))
+    raises(r"^out: expected shape \(3, ", m.gather_dequant, cache, ids, page,
+           out=torch.empty(4, heads, values, dtype=torch.bfloat16, device=DEVICE))
+    raises(r"^out: overlaps cache\.", m.gather_dequant, cache, ids, page,
+           out=cache[0].view(torch.uint8).view(-1)[:3 * heads * values * 2].view(torch.bfloat16).view(3, heads, values))
+
+
 def test_compat_default_page_size_is_checked():
     compat = pytest.importorskip("generated.compat.sglang_mxfp8")
     m, cache, x, loc = kv_setup()
