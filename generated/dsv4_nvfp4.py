@@ -89,7 +89,8 @@ _CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
 _GIVEN_SCALES = ('k_global',)
 _STORE_NAMES = ("loc",) + PLANES + _CACHE_NAMES + _GIVEN_SCALES
 _STORE_WRITTEN = tuple(range(1 + len(PLANES), 1 + len(PLANES) + len(_CACHE_NAMES)))
-_GATHER_NAMES = ("token_ids",) + _CACHE_NAMES + _GIVEN_SCALES + (("out",) if len(PLANES) == 1 else tuple(f"out ({p})" for p in PLANES))
+_OUT_NAMES = ("out",) if len(PLANES) == 1 else tuple(f"out ({p})" for p in PLANES)   # gather's outputs, as errors name them
+_GATHER_NAMES = ("token_ids",) + _CACHE_NAMES + _GIVEN_SCALES + _OUT_NAMES
 _GATHER_WRITTEN = tuple(range(1 + len(Cache._fields) + len(_GIVEN_SCALES), len(_GATHER_NAMES)))
 
 
@@ -257,7 +258,7 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
     geo = _sized_geometry(page_size, heads, values, *dims_from)
     pages = {}
-    for i, (field, t, page_bytes) in enumerate(zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES))):
+    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
@@ -272,7 +273,7 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
                 t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
             pages[field] = nbytes // page_bytes
             continue
-        allocated = _allocated_page_size(field, i, t, nbytes, heads, values) if nbytes and t.dim() >= 2 else None
+        allocated = _allocated_page_size(field, t, nbytes, heads, values) if nbytes and t.dim() >= 2 else None
         if allocated is not None:
             raise ValueError(f"page_size: cache.{field} was allocated for page_size={allocated} (shape "
                              f"{tuple(t.shape)}: {t.shape[0]} pages of {nbytes // t.shape[0]} bytes), but page_size={page_size} "
@@ -284,26 +285,26 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages "
                          f"for page_size={page_size}; pass the page_size it was allocated with, or a tensor shaped "
                          "as alloc_cache/cache_shapes give it")
-    counts = sorted(set(pages.values()), key=list(pages.values()).count)
-    if len(counts) > 1:               # name the tensor whose count the others do not share
-        odd = [field for field, n in pages.items() if n != counts[-1]]
-        if len(odd) == 1 and list(pages.values()).count(counts[-1]) > 1:
-            raise ValueError(f"cache.{odd[0]}: holds {pages[odd[0]]} pages, the other tensors {counts[-1]}")
+    counts = list(pages.values())
+    num_pages = max(counts, key=counts.count)        # the count most tensors share
+    odd = [field for field, n in pages.items() if n != num_pages]
+    if len(odd) == 1 and counts.count(num_pages) > 1:  # one tensor the others disagree with: named
+        raise ValueError(f"cache.{odd[0]}: holds {pages[odd[0]]} pages, the other tensors {num_pages}")
+    if odd:
         raise ValueError("cache: its tensors hold different numbers of pages (" +
                          ", ".join(f"{field} {n}" for field, n in pages.items()) + ")")
-    num_pages = counts[0]
     return geo, num_pages
 
 
-def _allocated_page_size(field: str, index: int, t, nbytes: int, heads: int, values: int) -> int | None:
-    """The page size cache field `field` (Cache position `index`) was allocated for, if t has the
+def _allocated_page_size(field: str, t, nbytes: int, heads: int, values: int) -> int | None:
+    """The page size cache field `field` was allocated for, if t has the
     shape alloc_cache gives it at some page size: the caller's page_size is then the argument at
     fault. A field's page bytes grow with the page size (the build refuses padding that would hide
     one), so a bisection over the multiples finds the one whose pages t.shape[0] splits t into;
     None where none does (a tensor shaped otherwise, e.g. a token-major view, is the fault)."""
     if nbytes % t.shape[0]:
         return None
-    want, name = nbytes // t.shape[0], _PAGE_BYTES_NAMES[index]
+    want, name = nbytes // t.shape[0], _PAGE_BYTES_NAMES[Cache._fields.index(field)]
     lo, hi = 1, max(1, want)          # page bytes grow by a byte or more a step
     try:
         while lo <= hi:
@@ -1461,7 +1462,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
     if out is None:
         out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
     outs = (out,)
-    for name, o in zip(_GATHER_NAMES[-len(PLANES):], outs):   # out, or out (<plane>) each
+    for name, o in zip(_OUT_NAMES, outs):
         _check_tensor(name, o, OUT_DTYPES, (3,), device, written=True)
         _check_distinct_elements(name, o)
         if tuple(o.shape) != (n_tokens, heads, values) or (o.stride(2) != 1 and values > 1):
