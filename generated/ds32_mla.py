@@ -246,6 +246,39 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         raise ValueError(f"cache: is a {type(cache).__module__}.{type(cache).__qualname__}, not this layout's "
                          f"{LAYOUT}.Cache; pass its Cache (another layout's lays its bytes out another way) or a "
                          "plain tuple of its fields")
+    try:
+        return _check_cache_tensors(cache, page_size, heads, values, device, dims_from)
+    except ValueError as err:
+        swapped = _swapped(cache, page_size, None if dims_from is None else (heads, values), device)
+        if swapped is None:
+            raise
+        raise ValueError(swapped) from err
+
+
+def _swapped(cache, page_size: int, dims: tuple | None, device) -> str | None:
+    """An error naming two cache tensors passed in each other's places, where the cache passes its
+    checks with them exchanged (dims: the sources' (heads, values); None: the records tensor's);
+    None where no exchange of two does."""
+    fields = Cache._fields
+    for i in range(len(fields)):
+        for j in range(i + 1, len(fields)):
+            if cache[i] is cache[j]:
+                continue
+            tensors = list(cache)
+            tensors[i], tensors[j] = cache[j], cache[i]
+            exchanged = tuple(tensors) if type(cache) is tuple else type(cache)(*tensors)
+            try:
+                _check_cache_tensors(exchanged, page_size, *(dims or _cache_dims(exchanged)), device)
+            except ValueError:
+                continue
+            return (f"cache.{fields[i]} and cache.{fields[j]}: hold each other's tensors (exchanged, every cache "
+                    f"tensor holds whole pages of page_size={page_size}); pass the cache's tensors in field order "
+                    f"({', '.join(fields)})")
+    return None
+
+
+def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
+    """_check_cache for a tuple of the layout's field count."""
     raw = type(cache) is RawCache
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
@@ -257,9 +290,6 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         if not t.is_contiguous():
             raise ValueError(f"cache.{field}: must be contiguous")
         nbytes = t.numel() * t.element_size()
-        if 0 < nbytes < page_bytes:
-            raise ValueError(f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, "
-                             f"which holds {nbytes}")
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
         # instead be flat or count slots first.
@@ -267,18 +297,7 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
                 t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
             pages[field] = nbytes // page_bytes
             continue
-        allocated = _allocated_page_size(field, t, nbytes, heads, values) if nbytes and t.dim() >= 2 else None
-        if allocated is not None:
-            raise ValueError(f"page_size: cache.{field} was allocated for page_size={allocated} (shape "
-                             f"{tuple(t.shape)}: {t.shape[0]} pages of {nbytes // t.shape[0]} bytes), but page_size={page_size} "
-                             "was passed; pass the page_size it was allocated with")
-        if nbytes == 0 or nbytes % page_bytes:
-            raise ValueError(f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
-                             f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
-        forms = "(num_pages, ...), (num_pages * page_size, ...) or flat" if raw else "(num_pages, ...)"
-        raise ValueError(f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages "
-                         f"for page_size={page_size}; pass the page_size it was allocated with, or a tensor shaped "
-                         "as alloc_cache/cache_shapes give it")
+        raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw))
     counts = list(pages.values())
     num_pages = max(counts, key=counts.count)        # the count most tensors share
     odd = [field for field, n in pages.items() if n != num_pages]
@@ -288,6 +307,47 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         raise ValueError("cache: its tensors hold different numbers of pages (" +
                          ", ".join(f"{field} {n}" for field, n in pages.items()) + ")")
     return geo, num_pages
+
+
+def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: int, heads: int, values: int,
+                       raw: bool) -> str:
+    """Why cache tensor `field` does not hold whole pages of page_size, naming the argument at fault:
+    page_size where the tensor is shaped for another one; the cache where it is another field's tensor."""
+    allocated = _allocated_page_size(field, t, nbytes, heads, values) if nbytes and t.dim() >= 2 else None
+    if allocated is not None:
+        return (f"page_size: cache.{field} was allocated for page_size={allocated} (shape {tuple(t.shape)}: "
+                f"{t.shape[0]} pages of {nbytes // t.shape[0]} bytes), but page_size={page_size} was passed; pass the "
+                "page_size it was allocated with")
+    other = _misplaced(field, t, heads, values)
+    if other is not None:
+        return other
+    if 0 < nbytes < page_bytes:
+        return f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, which holds {nbytes}"
+    if nbytes == 0 or nbytes % page_bytes:
+        return (f"cache.{field}: {nbytes} bytes is not a whole number of {page_bytes}-byte pages "
+                f"(page_size={page_size}); allocate it with alloc_cache/cache_shapes")
+    forms = "(num_pages, ...), (num_pages * page_size, ...) or flat" if raw else "(num_pages, ...)"
+    return (f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages for "
+            f"page_size={page_size}; pass the page_size it was allocated with, or a tensor shaped as "
+            "alloc_cache/cache_shapes give it")
+
+
+def _misplaced(field: str, t, heads: int, values: int) -> str | None:
+    """An error for cache tensor `field` where t has the shape and dtype alloc_cache gives another field
+    (at some page size): the cache's tensors were passed out of field order. None otherwise."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.numel():
+        return None
+    nbytes = t.numel() * t.element_size()
+    others = {}       # other field: the page size t has its alloc_cache shape at
+    for other in Cache._fields:
+        page_size = None if other == field else _allocated_page_size(other, t, nbytes, heads, values)
+        if page_size is not None and cache_shapes(1, page_size, heads=heads, values=values)[other][1] == t.dtype:
+            others[other] = page_size
+    if not others:
+        return None
+    return (f"cache.{field}: shape {tuple(t.shape)} {t.dtype} is what alloc_cache gives "
+            + " or ".join(f"cache.{other} (page_size={page_size})" for other, page_size in others.items())
+            + f"; pass the cache's tensors in field order ({', '.join(Cache._fields)})")
 
 
 def _allocated_page_size(field: str, t, nbytes: int, heads: int, values: int) -> int | None:
@@ -355,8 +415,11 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
     n_tokens, heads, values = views[0].shape
     cache_heads, cache_values = _cache_dims(cache)
     if (heads, values) != (cache_heads, cache_values):
-        raise ValueError(f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, the cache "
-                         f"{cache_heads} of {cache_values}")
+        records = cache[_RECORDS_INDEX]
+        raise ValueError(_swapped(cache, page_size, (heads, values), device) or
+                         _misplaced(_RECORDS_FIELD[len("cache."):], records, heads, values) or
+                         f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, "
+                         f"{_RECORDS_FIELD} (shape {tuple(records.shape)}) {cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
     _check_given_scales(scales, device, heads)
@@ -1414,8 +1477,8 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
-    out: optional destination (T, heads, values) bf16/fp16/fp32 with a contiguous
-        last dim; any other strides (e.g. a slice of a workspace) are fine.
+    out: optional destination (T, heads, values) or (T, heads * values) bf16/fp16/fp32 with a
+        contiguous last dim; any other strides (e.g. a slice of a workspace) are fine.
     Returns the tensor, bf16 unless `out` says otherwise.
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
@@ -1449,6 +1512,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
                           **launch, **geo)
         _launch(_gather_dequant_kernel, grid, args, constexprs, plan, (token_ids, *cache, *outs))
     _remember(_PLANS["gather_dequant"], key, plan, tensors)
+    outs = outs if out is None else given      # a 2-D out is returned as passed (the kernel wrote its 3-D view)
     return outs[0] if len(PLANES) == 1 else outs
 
 
@@ -1462,18 +1526,24 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
     if out is None:
         out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
     outs = (out,)
+    views = []
     for name, o in zip(_OUT_NAMES, outs):
-        _check_tensor(name, o, OUT_DTYPES, (3,), device, written=True)
+        _check_tensor(name, o, OUT_DTYPES, (3,) if HEADS is None else (2, 3), device, written=True)
         _check_distinct_elements(name, o)
-        if tuple(o.shape) != (n_tokens, heads, values) or (o.stride(2) != 1 and values > 1):
-            raise ValueError(f"{name}: expected shape {(n_tokens, heads, values)} with a contiguous last dim, "
+        # (T, heads, values), or where heads is fixed (T, heads * values) as the writers take it too
+        shape = (n_tokens, heads, values) if o.dim() == 3 else (n_tokens, heads * values)
+        if tuple(o.shape) != shape or (o.stride(-1) != 1 and shape[-1] > 1):
+            shapes = f"{(n_tokens, heads, values)}" + ("" if HEADS is None else f" or {(n_tokens, heads * values)}")
+            raise ValueError(f"{name}: expected shape {shapes} with a contiguous last dim, "
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
+        o = o.view(n_tokens, heads, values)
         _check_head_offsets(name, o)
-    if len({o.dtype for o in outs}) > 1:
+        views.append(o)
+    if len({o.dtype for o in views}) > 1:
         raise ValueError("out: all planes must share one dtype")
     tensors = (token_ids, *cache, *scales, *outs)
     _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
-    return outs, geo, num_pages
+    return tuple(views), geo, num_pages
 
 
 @triton.jit
@@ -1918,6 +1988,8 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 if seg.group.two_level:
                     x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
+    if out is not None:       # returned as passed: a 2-D out's 3-D view was written
+        outs = (out,) if len(PLANES) == 1 else tuple(out)
     return outs[0] if len(PLANES) == 1 else outs
 
 

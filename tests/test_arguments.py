@@ -64,7 +64,8 @@ def test_a_cache_is_read_with_the_page_size_it_was_allocated_with(name):
         if writer is not None:
             rows = torch.ones(4, heads, values, device=DEVICE)
             raises(told, writer, *sources(m, [rows] * len(m.PLANES)), ids, cache, wrong, **scales)
-    raises("page_size: a page of page_size=", m.gather_dequant if "gather_dequant" in m.OPS else m.append,
+    raises(r"^page_size: cache\.\w+ was allocated for page_size=%d .*, but page_size=%d was passed" % (page, 2 ** 40),
+           m.gather_dequant if "gather_dequant" in m.OPS else m.append,
            *((cache, ids) if "gather_dequant" in m.OPS else ([torch.ones(4, heads, values, device=DEVICE)] * len(m.PLANES)
                                                               + [ids, cache])), 2 ** 40, **scales)
 
@@ -83,6 +84,72 @@ def test_a_cache_tensor_with_other_tensors_page_count_is_named():
            m.gather_dequant, mixed, ids, 32)
 
 
+@pytest.mark.parametrize("name", sorted(set(cases("quantize_store") + cases("append") + cases("gather_dequant"))))
+def test_cache_tensors_in_each_others_places_are_named(name):
+    """Two cache tensors of different shapes passed in each other's places are named together, by
+    the writer (whose sources give heads and values) and by the gather (whose records tensor does:
+    here a swapped one), not blamed on the sources or on page_size."""
+    m = module(name)
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(4, page, heads=heads, values=values, device=DEVICE)
+    ids, scales = torch.arange(4, device=DEVICE), given(m)
+    writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
+    fields = m.Cache._fields
+    pairs = [(i, j) for i in range(len(fields)) for j in range(i + 1, len(fields))
+             if (cache[i].shape, cache[i].dtype) != (cache[j].shape, cache[j].dtype)]
+    if not pairs:
+        pytest.skip("no two of its cache tensors differ in shape or dtype")
+    for i, j in pairs:
+        tensors = list(cache)
+        tensors[i], tensors[j] = cache[j], cache[i]
+        told = rf"^cache\.{fields[i]} and cache\.{fields[j]}: hold each other's tensors \(exchanged, every cache tensor "
+        if "gather_dequant" in m.OPS:
+            raises(told, m.gather_dequant, m.Cache(*tensors), ids, page, **scales)
+        if writer is not None:
+            rows = torch.ones(4, heads, values, device=DEVICE)
+            raises(told, writer, *sources(m, [rows] * len(m.PLANES)), ids, m.Cache(*tensors), page, **scales)
+
+
+def test_a_cache_tensor_passed_for_another_field_is_named():
+    """A cache tensor in the place of another field whose shape and dtype it has (a scales tensor
+    passed twice) names the field and the fields it fits, also where it gives heads and values."""
+    m, cache, x, loc = kv_setup()
+    ids = torch.arange(4, device=DEVICE)
+    told = (r"^cache\.%s: shape \(4, 2, 32, 1, 2\) torch.uint8 is what alloc_cache gives cache\.k_sf \(page_size=32\) "
+            r"or cache\.v_sf \(page_size=32\); pass the cache's tensors in field order \(k_cache, k_sf, v_cache, v_sf\)$")
+    raises(told % "v_cache", m.gather_dequant, cache._replace(v_cache=cache.v_sf), ids, 32)
+    raises(told % "v_cache", m.quantize_store, x, x, loc, cache._replace(v_cache=cache.v_sf), 32)
+    raises(told % "k_cache", m.quantize_store, x, x, loc, cache._replace(k_cache=cache.k_sf), 32)
+    # a flat tensor of less than a page records no shape: its bytes are what is told
+    raises(r"^page_size: a page of page_size=32 takes 4096 bytes of cache\.v_cache, which holds 100$", m.gather_dequant,
+           m.RawCache(*cache._replace(v_cache=cache.v_cache.view(-1)[:100])), ids, 32)
+
+
+@pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if module(n).HEADS is not None])
+def test_gather_writes_a_2d_out_where_heads_are_fixed(name):
+    """Where the spec fixes heads, gather_dequant (and its reference) take out as (T, heads * values),
+    as the writers take their sources, write the bytes a 3-D out gets and return it as passed."""
+    m = module(name)
+    heads, values, page = dims(m)
+    gen = generator(41)
+    cache = fresh_cache(m, 3, page, heads, values, gen)
+    ids = torch.tensor([0, 3 * page - 1, -1, page + 1, 5], device=DEVICE)
+    scales = given(m)
+    one = len(m.PLANES) == 1
+    for dtype in (torch.bfloat16, torch.float32):
+        want = tuple(torch.empty(5, heads, values, dtype=dtype, device=DEVICE) for _ in m.PLANES)
+        m.gather_dequant_ref(cache, ids, page, **scales, out=want[0] if one else want)
+        for fn in (m.gather_dequant, m.gather_dequant, m.gather_dequant_ref):   # (on a GPU the second replays a plan)
+            outs = tuple(random_bytes(torch.empty(5, heads * values, dtype=dtype, device=DEVICE), gen) for _ in m.PLANES)
+            got = per_plane(m, fn(cache, ids, page, **scales, out=outs[0] if one else outs))
+            assert all(g is o for g, o in zip(got, outs))
+            for plane, o, w in zip(m.PLANES, outs, want):
+                assert_same_bytes(o, w.view(5, -1), f"{name}.{fn.__name__}, 2-D out ({plane}) {dtype}")
+    bad = torch.empty(5, 2 * heads * values, device=DEVICE)[:, ::2]
+    raises(rf"^out( \(\w+\))?: expected shape \(5, {heads}, {values}\) or \(5, {heads * values}\) with a contiguous last dim",
+           m.gather_dequant, cache, ids, page, **scales, out=bad if one else (bad,) * len(m.PLANES))
+
+
 def test_a_one_plane_gathers_output_is_named_out_in_every_error():
     """A one-plane layout's gather takes out= as one tensor: its errors name `out` (a two-plane
     layout's name `out (k)` and `out (v)`), as its aliasing errors do."""
@@ -91,8 +158,8 @@ def test_a_one_plane_gathers_output_is_named_out_in_every_error():
     cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
     ids = torch.arange(3, device=DEVICE)
     raises(r"^out: expected a torch.Tensor, got tuple", m.gather_dequant, cache, ids, page, out=(None,))
-    raises(r"^out: expected 3 dims", m.gather_dequant, cache, ids, page,
-           out=torch.empty(3, heads * values, dtype=torch.bfloat16, device=DEVICE))
+    raises(r"^out: expected 2 or 3 dims", m.gather_dequant, cache, ids, page,
+           out=torch.empty(3 * heads * values, dtype=torch.bfloat16, device=DEVICE))
     raises(r"^out: expected shape \(3, ", m.gather_dequant, cache, ids, page,
            out=torch.empty(4, heads, values, dtype=torch.bfloat16, device=DEVICE))
     raises(r"^out: overlaps cache\.", m.gather_dequant, cache, ids, page,
@@ -107,9 +174,9 @@ def test_compat_default_page_size_is_checked():
 
 def test_sources_must_match_the_cache_heads_and_values():
     m, cache, x, loc = kv_setup()
-    raises(r"k: shape \(8, 1, 64\) has 1 head\(s\) of 64 values, the cache 2 of 64",
+    raises(r"^k: shape \(8, 1, 64\) has 1 head\(s\) of 64 values, cache\.k_cache \(shape \(4, 32, 2, 64\)\) 2 of 64$",
            m.quantize_store, x[:, :1], x[:, :1], loc, cache, 32)
-    raises(r"k: shape \(8, 2, 32\) has 2 head\(s\) of 32 values, the cache 2 of 64",
+    raises(r"^k: shape \(8, 2, 32\) has 2 head\(s\) of 32 values, cache\.k_cache \(shape \(4, 32, 2, 64\)\) 2 of 64$",
            m.quantize_store, x[..., :32], x[..., :32], loc, cache, 32)
     raises(r"k: shape \(8, 0, 64\) has no heads or no values", m.quantize_store,
            x[:, :0], x[:, :0], loc, cache, 32)

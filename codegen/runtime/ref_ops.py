@@ -320,6 +320,8 @@ def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, sca
                 if seg.group.two_level:
                     x = x * _ref_given_scale(seg, scales, plane)
             o[..., seg.columns] = _ref_cast(torch.where(ok, x, 0.0), o.dtype, computed=True)
+    if out is not None:       # returned as passed: a 2-D out's 3-D view was written
+        outs = (out,) if len(PLANES) == 1 else tuple(out)
     return outs[0] if len(PLANES) == 1 else outs
 
 
