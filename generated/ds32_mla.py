@@ -161,18 +161,26 @@ def _prev_pow2(n: int) -> int:
 
 
 def geometry(page_size: int, heads: int, values: int) -> dict:
-    """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError)."""
+    """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError): a
+    dict of the caller's own (the kernels launch from a cached one, which it must not change)."""
+    return dict(_checked_geometry(page_size, heads, values))
+
+
+def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
+    """geometry()'s cached dict itself, for the ops (which only read it)."""
     return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
 
 
-def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
-    """geometry(), a size error naming the tensor whose shape gave heads and values."""
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape, dense: bool = False) -> dict:
+    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values (dense:
+    a dense op's, which takes no page size or heads: its error tells only the value count)."""
     try:
-        return geometry(page_size, heads, values)
+        return _checked_geometry(page_size, heads, values)
     except ValueError as err:
         if str(err).startswith("page_size:"):
             raise
-        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
+        told = f"{str(err).rsplit(' (page_size=', 1)[0]} (values={values})" if dense else str(err)
+        raise ValueError(f"{name}: shape {tuple(shape)}: {told}") from None
 
 
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:
@@ -260,10 +268,18 @@ def _swapped(cache, page_size: int, dims: tuple | None, device) -> str | None:
     checks with them exchanged (dims: the sources' (heads, values); None: the records tensor's);
     None where no exchange of two does."""
     fields = Cache._fields
+    if dims is not None:
+        try:
+            _check_cache_tensors(cache, page_size, *dims, device)
+            return None                 # the cache holds whole pages as passed: the fault is elsewhere
+        except ValueError:
+            pass
     for i in range(len(fields)):
         for j in range(i + 1, len(fields)):
-            if cache[i] is cache[j]:
-                continue
+            a, b = cache[i], cache[j]
+            if a is b or isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() and b.dim() and (
+                    a.shape[0], a.numel() * a.element_size()) == (b.shape[0], b.numel() * b.element_size()):
+                continue                # as many pages of as many bytes: the checks cannot tell them apart
             tensors = list(cache)
             tensors[i], tensors[j] = cache[j], cache[i]
             exchanged = tuple(tensors) if type(cache) is tuple else type(cache)(*tensors)
@@ -272,14 +288,15 @@ def _swapped(cache, page_size: int, dims: tuple | None, device) -> str | None:
             except ValueError:
                 continue
             return (f"cache.{fields[i]} and cache.{fields[j]}: hold each other's tensors (exchanged, every cache "
-                    f"tensor holds whole pages of page_size={page_size}); pass the cache's tensors in field order "
-                    f"({', '.join(fields)})")
+                    f"tensor holds whole pages of page_size={page_size}); pass each tensor in its own place "
+                    f"({', '.join('cache.' + f for f in fields)})")
     return None
 
 
 def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device, dims_from: tuple | None = None) -> tuple:
     """_check_cache for a tuple of the layout's field count."""
     raw = type(cache) is RawCache
+    from_records = dims_from is None and None in (HEADS, VALUES)     # the records tensor gave heads and values
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
@@ -297,22 +314,23 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
                 t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
             pages[field] = nbytes // page_bytes
             continue
-        raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw))
+        raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw, from_records))
     counts = list(pages.values())
     num_pages = max(counts, key=counts.count)        # the count most tensors share
     odd = [field for field, n in pages.items() if n != num_pages]
     if len(odd) == 1 and counts.count(num_pages) > 1:  # one tensor the others disagree with: named
         raise ValueError(f"cache.{odd[0]}: holds {pages[odd[0]]} pages, the other tensors {num_pages}")
     if odd:
-        raise ValueError("cache: its tensors hold different numbers of pages (" +
-                         ", ".join(f"{field} {n}" for field, n in pages.items()) + ")")
+        raise ValueError(", ".join(f"cache.{field}" for field in pages) + ": hold different numbers of pages (" +
+                         ", ".join(map(str, pages.values())) + "); pass the tensors of one cache")
     return geo, num_pages
 
 
 def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: int, heads: int, values: int,
-                       raw: bool) -> str:
+                       raw: bool, from_records: bool) -> str:
     """Why cache tensor `field` does not hold whole pages of page_size, naming the argument at fault:
-    page_size where the tensor is shaped for another one; the cache where it is another field's tensor."""
+    page_size where the tensor is shaped for another one; the cache where it is another field's tensor;
+    the records tensor where its dims gave heads and values (from_records) and it is the one at fault."""
     allocated = _allocated_page_size(field, t, nbytes, heads, values) if nbytes and t.dim() >= 2 else None
     if allocated is not None:
         return (f"page_size: cache.{field} was allocated for page_size={allocated} (shape {tuple(t.shape)}: "
@@ -321,6 +339,9 @@ def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: 
     other = _misplaced(field, t, heads, values)
     if other is not None:
         return other
+    if from_records and f"cache.{field}" == _RECORDS_FIELD and (nbytes % page_bytes or nbytes < page_bytes or
+                                                                  _records_dtype_error(t, page_size, heads, values)):
+        return _records_error(t, nbytes, page_bytes, page_size, heads, values)
     if 0 < nbytes < page_bytes:
         return f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, which holds {nbytes}"
     if nbytes == 0 or nbytes % page_bytes:
@@ -330,6 +351,31 @@ def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: 
     return (f"cache.{field}: shape {tuple(t.shape)} is not {forms} of {page_bytes}-byte pages for "
             f"page_size={page_size}; pass the page_size it was allocated with, or a tensor shaped as "
             "alloc_cache/cache_shapes give it")
+
+
+def _records_error(t, nbytes: int, page_bytes: int, page_size: int, heads: int, values: int) -> str:
+    """The error for a records tensor that gave heads and values itself (its trailing dims) and then
+    holds no whole number of their pages, or counts them in elements of another size: its shape or
+    dtype is taken to be the fault, not page_size."""
+    whole = f"{nbytes // page_bytes} page(s) and {nbytes % page_bytes} bytes" if nbytes > page_bytes else f"{nbytes} bytes"
+    return _records_dtype_error(t, page_size, heads, values) or (
+        f"{_RECORDS_FIELD}: shape {tuple(t.shape)} {t.dtype} gives {heads} head(s) of {values} values, whose pages "
+        f"of page_size={page_size} take {page_bytes} bytes, but it holds {whole}; pass it shaped as alloc_cache "
+        "gives it, (num_pages, ..., heads, values)")
+
+
+def _records_dtype_error(t, page_size: int, heads: int, values: int) -> str | None:
+    """An error for a records tensor whose trailing dims gave heads and values counted in elements of
+    another size than alloc_cache's dtype for it (so they count other bytes); None otherwise."""
+    try:
+        dtype = cache_shapes(1, page_size, heads=heads, values=values)[_RECORDS_FIELD[len("cache."):]][1]
+    except ValueError:
+        return None
+    if dtype.itemsize == t.element_size():
+        return None
+    return (f"{_RECORDS_FIELD}: shape {tuple(t.shape)} {t.dtype} gives {heads} head(s) of {values} values, counted in "
+            f"{t.element_size()}-byte elements, but alloc_cache gives it as {dtype}; pass it as alloc_cache gives "
+            f"it (a {dtype.itemsize}-byte dtype: e.g. .view({dtype}) of its bytes)")
 
 
 def _misplaced(field: str, t, heads: int, values: int) -> str | None:
@@ -347,7 +393,7 @@ def _misplaced(field: str, t, heads: int, values: int) -> str | None:
         return None
     return (f"cache.{field}: shape {tuple(t.shape)} {t.dtype} is what alloc_cache gives "
             + " or ".join(f"cache.{other} (page_size={page_size})" for other, page_size in others.items())
-            + f"; pass the cache's tensors in field order ({', '.join(Cache._fields)})")
+            + f"; pass each tensor in its own place ({', '.join('cache.' + f for f in Cache._fields)})")
 
 
 def _allocated_page_size(field: str, t, nbytes: int, heads: int, values: int) -> int | None:
@@ -418,8 +464,9 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
         records = cache[_RECORDS_INDEX]
         raise ValueError(_swapped(cache, page_size, (heads, values), device) or
                          _misplaced(_RECORDS_FIELD[len("cache."):], records, heads, values) or
-                         f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, "
-                         f"{_RECORDS_FIELD} (shape {tuple(records.shape)}) {cache_heads} of {cache_values}")
+                         _records_dtype_error(records, page_size, cache_heads, cache_values) or
+                         f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, but "
+                         f"{_RECORDS_FIELD}'s shape {tuple(records.shape)} gives {cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device, (PLANES[0], views[0].shape))
     _check_given_scales(scales, device, heads)

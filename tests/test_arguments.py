@@ -80,8 +80,15 @@ def test_a_cache_tensor_with_other_tensors_page_count_is_named():
         raises(rf"^cache\.{field}: holds 3 pages, the other tensors 4$", m.gather_dequant, short, ids, 32)
         raises(rf"^cache\.{field}: holds 3 pages, the other tensors 4$", m.quantize_store, x, x, loc, short, 32)
     mixed = m.Cache(cache.k_cache[:3], cache.k_sf[:2], cache.v_cache, cache.v_sf)
-    raises(r"^cache: its tensors hold different numbers of pages \(k_cache 3, k_sf 2, v_cache 4, v_sf 4\)$",
-           m.gather_dequant, mixed, ids, 32)
+    told = r"^cache\.k_cache, cache\.k_sf, cache\.v_cache, cache\.v_sf: hold different numbers of pages \(3, 2, 4, 4\); "
+    raises(told, m.gather_dequant, mixed, ids, 32)
+    # a compat wrapper names its own parameters, in the head too
+    compat = pytest.importorskip("generated.compat.sglang_mxfp8")
+    raises(r"^k_cache, sfk, v_cache, sfv: hold different numbers of pages \(3, 2, 4, 4\); pass the tensors of one cache$",
+           compat.quant_store_kv_mxfp8, x, x, loc, *mixed[::2], *mixed[1::2], page_size=32)
+    raises(r"^k_cache and sfk: hold each other's tensors \(exchanged, every cache tensor holds whole pages of "
+           r"page_size=32\); pass each tensor in its own place \(k_cache, sfk, v_cache, sfv\)$",
+           compat.quant_store_kv_mxfp8, x, x, loc, cache.k_sf, cache.v_cache, cache.k_cache, cache.v_sf, page_size=32)
 
 
 @pytest.mark.parametrize("name", sorted(set(cases("quantize_store") + cases("append") + cases("gather_dequant"))))
@@ -116,7 +123,8 @@ def test_a_cache_tensor_passed_for_another_field_is_named():
     m, cache, x, loc = kv_setup()
     ids = torch.arange(4, device=DEVICE)
     told = (r"^cache\.%s: shape \(4, 2, 32, 1, 2\) torch.uint8 is what alloc_cache gives cache\.k_sf \(page_size=32\) "
-            r"or cache\.v_sf \(page_size=32\); pass the cache's tensors in field order \(k_cache, k_sf, v_cache, v_sf\)$")
+            r"or cache\.v_sf \(page_size=32\); pass each tensor in its own place \(cache\.k_cache, cache\.k_sf, cache\.v_cache, "
+            r"cache\.v_sf\)$")
     raises(told % "v_cache", m.gather_dequant, cache._replace(v_cache=cache.v_sf), ids, 32)
     raises(told % "v_cache", m.quantize_store, x, x, loc, cache._replace(v_cache=cache.v_sf), 32)
     raises(told % "k_cache", m.quantize_store, x, x, loc, cache._replace(k_cache=cache.k_sf), 32)
@@ -174,14 +182,44 @@ def test_compat_default_page_size_is_checked():
 
 def test_sources_must_match_the_cache_heads_and_values():
     m, cache, x, loc = kv_setup()
-    raises(r"^k: shape \(8, 1, 64\) has 1 head\(s\) of 64 values, cache\.k_cache \(shape \(4, 32, 2, 64\)\) 2 of 64$",
-           m.quantize_store, x[:, :1], x[:, :1], loc, cache, 32)
-    raises(r"^k: shape \(8, 2, 32\) has 2 head\(s\) of 32 values, cache\.k_cache \(shape \(4, 32, 2, 64\)\) 2 of 64$",
-           m.quantize_store, x[..., :32], x[..., :32], loc, cache, 32)
+    told = r"^k: shape \(8, %d, %d\) has %d head\(s\) of %d values, but cache\.k_cache's shape \(4, 32, 2, 64\) gives 2 of 64$"
+    raises(told % (1, 64, 1, 64), m.quantize_store, x[:, :1], x[:, :1], loc, cache, 32)
+    raises(told % (2, 32, 2, 32), m.quantize_store, x[..., :32], x[..., :32], loc, cache, 32)
+    # as many values a token as the cache holds, in other heads: the cache holds whole pages of them,
+    # so no exchange of its tensors is blamed
+    raises(told % (4, 32, 4, 32), m.quantize_store, x.view(8, 4, 32), x.view(8, 4, 32), loc, cache, 32)
     raises(r"k: shape \(8, 0, 64\) has no heads or no values", m.quantize_store,
            x[:, :0], x[:, :0], loc, cache, 32)
     raises("k: is a meta tensor", m.quantize_store, torch.empty(8, 2, 64, device="meta"), x, loc, cache, 32)
     raises("values: expected an int >= 1, got 0", m.alloc_cache, 1, 32, heads=2, values=0)
+
+
+def test_a_records_tensor_that_gave_heads_and_values_is_named():
+    """Where a records tensor's trailing dims give heads and values, a view of it that counts them
+    otherwise (other trailing dims, a 2-byte dtype) is named, with what it gave, not page_size nor
+    an exchange with the other plane's records tensor of as many bytes."""
+    m, cache, x, loc = kv_setup()
+    ids = torch.arange(4, device=DEVICE)
+    folded = cache._replace(k_cache=cache.k_cache.view(4, 32, 128))
+    raises(r"^cache\.k_cache: shape \(4, 32, 128\) torch.float8_e4m3fn gives 32 head\(s\) of 128 values, whose pages of "
+           r"page_size=32 take 131072 bytes, but it holds 16384 bytes; pass it shaped as alloc_cache gives it",
+           m.gather_dequant, folded, ids, 32)
+    wide = cache._replace(k_cache=cache.k_cache.view(torch.int16))
+    told = (r"^cache\.k_cache: shape \(4, 32, 2, 32\) torch.int16 gives 2 head\(s\) of 32 values, counted in 2-byte "
+            r"elements, but alloc_cache gives it as torch.float8_e4m3fn; ")
+    raises(told, m.gather_dequant, wide, ids, 32)
+    raises(told, m.quantize_store, x, x, loc, wide, 32)
+
+
+def test_geometry_gives_a_dict_of_the_callers_own():
+    """The kernels launch from a cached geometry: what geometry() returns is a copy, so changing it
+    changes no launch."""
+    m, cache, x, loc = kv_setup()
+    g = m.geometry(32, 2, 64)
+    want = dict(g)
+    g.clear()
+    assert m.geometry(32, 2, 64) == want == m._checked_geometry(32, 2, 64)
+    assert m.geometry(32, 2, 64) is not m.geometry(32, 2, 64)
 
 
 def test_rows_in_parts_are_checked_part_by_part():
@@ -225,9 +263,9 @@ def test_size_errors_name_the_tensor_that_gave_the_size():
     rows = torch.ones(2, 2, 40, device=DEVICE)
     raises(r"k: shape \(2, 2, 40\): values: the value count must be a multiple of 32",
            m.quantize_store, rows, rows, torch.arange(2, device=DEVICE), cache, 32)
-    raises(r"x: shape \(2, 41\): values: the value count must be a multiple of 32", m.quantize,
+    raises(r"^x: shape \(2, 41\): values: the value count must be a multiple of 32 \(values=41\)$", m.quantize,
            torch.ones(2, 41, device=DEVICE))
-    raises(r"data: shape \(2, 41\): values: the value count must be a multiple of 32", m.dequantize,
+    raises(r"^data: shape \(2, 41\): values: the value count must be a multiple of 32 \(values=41\)$", m.dequantize,
            torch.zeros(2, 41, dtype=torch.float8_e4m3fn, device=DEVICE), torch.zeros(2, 1, dtype=torch.uint8, device=DEVICE))
     raises(r"x: shape \(2, 41\): values: this layout has 512 values per head, got 41", module("dsv4_k").quantize,
            torch.ones(2, 41, device=DEVICE))

@@ -97,14 +97,19 @@ def _renamed(error: ValueError, names: dict) -> ValueError:
     ': ') and the other arguments it mentions become the compat function's parameters, or the
     expressions it passed for them. A compound name (cache.k_cache, page_size) is renamed wherever it
     stands; a plain one (k, v), which could be a word of the text, only where the text names an
-    argument by it: "k's shape", "overlaps k in memory"."""
+    argument by it: "k's shape", "overlaps k in memory". A head that lists arguments ("cache.k_cache
+    and cache.k_sf") has its compound names renamed within it."""
     head, sep, rest = str(error).partition(": ")
     if not sep:
         return error
+    whole = head in names           # else a head that lists arguments ("cache.k_cache and cache.k_sf") is renamed within
     for inner, outer in names.items():
         word = re.escape(inner)
-        pattern = (rf"(?<![\w.]){word}(?!\w)" if "." in inner or "_" in inner else
+        compound = "." in inner or "_" in inner
+        pattern = (rf"(?<![\w.]){word}(?!\w)" if compound else
                    rf"(?<![\w.]){word}(?='s\b)|(?<=overlaps ){word}(?= in memory)")
         rest = re.sub(pattern, outer, rest)
-    return ValueError(f"{names.get(head, head)}{sep}{rest}")
+        if compound and not whole:
+            head = re.sub(pattern, outer, head)
+    return ValueError(f"{names[head] if whole else head}{sep}{rest}")
 
