@@ -636,8 +636,8 @@ def _finish_group(g, segments, tree, multiple, checks) -> ScaleGroup:
                             f"{MIN_GROUP_TOKENS} slots (an append rescales a block's slots {MIN_GROUP_TOKENS} at a time)",
                             f"use {{tokens: {MIN_GROUP_TOKENS}}} or more")
         if multiple % g["size"]:
-            raise SpecError(tree["page"].value_mark("size_multiple_of") if "size_multiple_of" in tree["page"].key_marks
-                            else g["tree"].value_mark("group"),
+            raise SpecError(tree["page"].value_mark("size_multiple_of") if "size_multiple_of" in getattr(
+                                tree["page"], "key_marks", {}) else g["tree"].value_mark("group"),
                             f"{where}.group: {{tokens: {g['size']}}} needs page.size_multiple_of to be a multiple of "
                             f"{g['size']} (it is {multiple})", f"set page.size_multiple_of: {g['size']}")
         count = padded = seg["values"]
@@ -913,7 +913,29 @@ def _check_alignment(region: Region, buffers, size: int, subject: str, tree, che
                                 f"{size}, so padded pages of buffer {buf.name!r} would misalign {subject}",
                                 f"use a multiple of {size}, e.g. {fix}")
         elif not divisible(e, size):
+            if not e.symbols() - {PAGE_SIZE}:
+                _check_page_sizes_align(e, size, multiple, what, subject, tree)
             checks.append((e, size, f"{what} must be a multiple of {size} bytes, or {subject} would be misaligned"))
+
+
+def _check_page_sizes_align(e, size: int, multiple: int, what: str, subject: str, tree) -> None:
+    """Where heads and values are fixed, an address depends on page_size alone: the page sizes the
+    spec allows (multiples of page.size_multiple_of) are checked here, so a spec never declares one
+    that every call would then refuse. The residues repeat within lcm(size, ...) steps; 64 * size
+    steps cover every padding multiple a spec can give."""
+    steps = range(1, 64 * size + 1)
+    bad = next((multiple * k for k in steps if e.evaluate({PAGE_SIZE: multiple * k}) % size), None)
+    if bad is None:
+        return
+    fix = next((f"set page.size_multiple_of: {m}" for m in (multiple * j for j in range(2, size + 1))
+                if all(e.evaluate({PAGE_SIZE: m * k}) % size == 0 for k in steps)),
+               "pad the record or the page (page.align), or reorder the regions")
+    page = tree.get("page")
+    mark = (page.value_mark("size_multiple_of") if "size_multiple_of" in getattr(page, "key_marks", {})
+            else tree.value_mark("buffers"))
+    raise SpecError(mark, f"page.size_multiple_of: {multiple} allows page_size={bad}, where {what} "
+                    f"({e.evaluate({PAGE_SIZE: bad})} bytes) is not a multiple of {size}, so {subject} would be "
+                    "misaligned", fix)
 
 
 def _padding_misaligns(e: RoundUp, size: int, multiple: int) -> bool:

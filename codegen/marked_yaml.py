@@ -49,7 +49,8 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
         for key_node, value_node in node.value:
             key = _convert(key_node, path, loader)
             if not isinstance(key, (str, int, float, bool)) or key is None:
-                raise SpecError(_mark(path, key_node), "mapping keys must be plain scalars")
+                raise SpecError(_mark(path, key_node), "mapping keys must be plain scalars",
+                                "write the key as a plain word (the field's name)")
             if key in out:
                 raise SpecError(_mark(path, key_node), f"duplicate key {key!r}",
                                 f"keep one {key!r} entry in this mapping")
@@ -64,7 +65,17 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
         return out
     if isinstance(node, yaml.ScalarNode) and node.style is None:
         _check_plain_scalar(node, path)
-    return loader.construct_object(node, deep=True)
+    value = loader.construct_object(node, deep=True)
+    bad = _DECODED_BAD.search(value) if isinstance(value, str) else None
+    if bad:      # an escape of a quoted string ("\0", "\ud800"): generated files would not compile or encode
+        raise SpecError(_mark(path, node), f"the string holds U+{ord(bad.group()):04X} (a control character or a "
+                        "lone surrogate, from an escape)", "remove the escape (a spec's strings are plain text)")
+    return value
+
+
+# What a decoded string may not hold (tabs and line breaks it may): the file's check (_check_text)
+# sees the raw text only, where a quoted string's escapes still stand for these.
+_DECODED_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 MAX_DIGITS = 30              # digits of a number in a spec (a byte count or a floor needs far fewer)

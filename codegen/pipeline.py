@@ -51,8 +51,11 @@ def resolve(project, path) -> Path:
 
 
 def spec_files(project) -> list:
+    """Every spec in the spec folders, and every file there that looks like one under another suffix
+    (.yml, .YAML: build_all refuses them, rather than generate removing their output as orphans)."""
     project = project_of(project)
-    return [p for kind in ("layout", COMPAT) for folder in _folders(project, kind) for p in sorted(folder.glob("*.yaml"))]
+    return [p for kind in ("layout", COMPAT) for folder in _folders(project, kind) for p in sorted(folder.glob("*"))
+            if p.suffix == ".yaml" or p.suffix.lower() in (".yaml", ".yml") and p.is_file()]
 
 
 def _shown_folders(project, kind: str) -> str:
@@ -77,8 +80,14 @@ def build_all(project, paths=None) -> tuple:
     errors, layouts, compats, pending = [], {}, {}, []
     for path in paths:
         try:
+            if path.is_dir():
+                raise SpecError(Mark(build.display_path(path, root), 1, 1), "is a directory, not a spec file",
+                                "rename or remove the directory")
             if not path.is_file():
                 raise SpecError(Mark(build.display_path(path, root), 1, 1), "no such spec file")
+            if path.suffix != ".yaml":
+                raise SpecError(Mark(build.display_path(path, root), 1, 1), f"a spec file's name ends in .yaml, not "
+                                f"{path.suffix} (kvlayout reads only .yaml specs)", f"rename it to {path.stem}.yaml")
             kind, tree, display, digest = build.load_spec(path, root)
             _check_place(project, path, kind, display)
             if kind == "layout":

@@ -178,16 +178,30 @@ def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
     return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
 
 
-def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape, dense: bool = False) -> dict:
-    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values (dense:
-    a dense op's, which takes no page size or heads: its error tells only the value count)."""
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
+    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values."""
     try:
         return _checked_geometry(page_size, heads, values)
     except ValueError as err:
         if str(err).startswith("page_size:"):
             raise
-        told = f"{str(err).rsplit(' (page_size=', 1)[0]} (values={values})" if dense else str(err)
-        raise ValueError(f"{name}: shape {tuple(shape)}: {told}") from None
+        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
+
+
+def _dense_geometry(values: int, name: str, shape) -> dict:
+    """The geometry dense ops (quantize, dequantize) read a row's record and scale offsets from, which
+    no page size or head count changes: at the first page size and head count the layout takes with
+    this value count (a spec may ask for even heads or page sizes); a value count none takes is an
+    error naming the tensor, told in values alone."""
+    told, tries = None, (1, 2, 4, 8, 16, 32, 64, 128)      # page sizes (in PAGE_SIZE_MULTIPLEs) and heads
+    for heads in (HEADS,) if HEADS is not None else tries:
+        for k in tries:
+            try:
+                return _checked_geometry(PAGE_SIZE_MULTIPLE * k, heads, values)
+            except ValueError as err:
+                if told is None or str(err).startswith("values:") and not told.startswith("values:"):
+                    told = str(err)
+    raise ValueError(f"{name}: shape {tuple(shape)}: {told.rsplit(' (page_size=', 1)[0]} (values={values})")
 
 
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:
@@ -1745,7 +1759,7 @@ def _prepare_quantize(x) -> tuple:
     if x.dim() == 0:
         raise ValueError("x: expected at least one dim")
     values = x.shape[-1]
-    geo = _sized_geometry(PAGE_SIZE_MULTIPLE, HEADS or 1, values, "x", x.shape, dense=True)
+    geo = _dense_geometry(values, "x", x.shape)
     x2 = x.reshape(-1, values)
     if x2.stride(1) != 1 and values > 1:
         x2 = x2.contiguous()
@@ -1826,7 +1840,7 @@ def _prepare_dequantize(data, scale, out_dtype) -> tuple:
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype: {out_dtype} is not supported; use one of {', '.join(map(str, OUT_DTYPES))}")
     values = VALUES
-    geo = _sized_geometry(PAGE_SIZE_MULTIPLE, HEADS or 1, values, "data", data.shape, dense=True)
+    geo = _dense_geometry(values, "data", data.shape)
     if data.shape[-1] != geo["RECORD_BYTES"]:
         raise ValueError(f"data: last dim must be {geo['RECORD_BYTES']} record bytes, got {tuple(data.shape)}")
     lead = tuple(data.shape[:-1])

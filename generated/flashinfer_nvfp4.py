@@ -185,16 +185,14 @@ def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
     return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
 
 
-def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape, dense: bool = False) -> dict:
-    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values (dense:
-    a dense op's, which takes no page size or heads: its error tells only the value count)."""
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
+    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values."""
     try:
         return _checked_geometry(page_size, heads, values)
     except ValueError as err:
         if str(err).startswith("page_size:"):
             raise
-        told = f"{str(err).rsplit(' (page_size=', 1)[0]} (values={values})" if dense else str(err)
-        raise ValueError(f"{name}: shape {tuple(shape)}: {told}") from None
+        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
 
 
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:

@@ -67,6 +67,15 @@ BAD_SPECS = [
      ["{tokens: 24} is not a power of two", "{tokens: 16}"]),
     ("misaligned raw", edit(edit(GOOD, "values: 448", "values: 447"), "group: {values: 64}", "group: {values: 447}"),
      None, ["not a multiple of 2"]),
+    # escapes of a quoted string that no generated file can hold (a NUL in Python source, a lone surrogate in UTF-8)
+    ("escaped NUL", edit(GOOD, "summary: >-\n", 'summary: "a\\0b"\nabout: >-\n'), "4:10",
+     ["the string holds U+0000", "from an escape", "fix: remove the escape"]),
+    ("escaped surrogate", edit(GOOD, "summary: >-\n", 'summary: "a\\ud800b"\nabout: >-\n'), "4:10", ["U+D800"]),
+    ("key not a plain scalar", GOOD + "~: 2\n", None, ["mapping keys must be plain scalars", "fix: write the key"]),
+    # page sizes of 1 slot would put the 64 bf16 rope values at odd addresses: refused where the spec says so
+    ("page sizes that misalign", edit(edit(GOOD, "align: 576 ", "align: 1   "), "pad_to: 8 ", "pad_to: 7 "), "11:21",
+     ["page.size_multiple_of: 1 allows page_size=1", "bf16 segment 'rope' would be misaligned",
+      "fix: set page.size_multiple_of: 2"]),
 ]
 
 
@@ -328,6 +337,25 @@ def test_lint_names_specs_as_given_and_reads_a_spec_named_twice_once(tmp_path):
     assert proc.returncode == 0 and "1 spec(s) OK" in proc.stdout, proc.stderr
     proc = kvlayout("lint", "specs/nope.yaml", root=root)
     assert proc.returncode == 2 and proc.stderr.startswith("specs/nope.yaml:1:1: no such spec file"), proc.stderr
+
+
+def test_spec_files_that_are_directories_or_not_yaml_are_named(tmp_path):
+    """A directory named like a spec, and a spec named .yml or .YAML, are errors naming them (a .yml
+    spec was skipped, and generate removed its module as an orphan)."""
+    root = copy_repo(tmp_path)
+    (root / "specs" / "extra.yaml").mkdir()
+    proc = kvlayout("lint", root=root)
+    assert proc.returncode == 2 and "specs/extra.yaml:1:1: is a directory, not a spec file" in proc.stderr, proc.stderr
+    (root / "specs" / "extra.yaml").rmdir()
+    before = (root / "generated" / "dsv4_k.py").read_bytes()
+    for suffix in (".yml", ".YAML"):
+        (root / "specs" / "dsv4_k.yaml").rename(root / "specs" / f"dsv4_k{suffix}")
+        proc = kvlayout("generate", root=root)
+        assert proc.returncode == 2, proc.stderr
+        assert (f"specs/dsv4_k{suffix}:1:1: a spec file's name ends in .yaml, not {suffix}" in proc.stderr
+                and "(fix: rename it to dsv4_k.yaml)" in proc.stderr), proc.stderr
+        assert (root / "generated" / "dsv4_k.py").read_bytes() == before
+        (root / "specs" / f"dsv4_k{suffix}").rename(root / "specs" / "dsv4_k.yaml")
 
 
 def test_github_annotations_escape_what_ends_their_fields():

@@ -340,6 +340,10 @@ SEMANTIC = [
         "  scale: {format", "  cache: {format"), "vllm_fp8", ["scales.cache", "k_cache"]),
     ("given scale named as an output", edit(SHIPPED["vllm_fp8"], "scale: scale}", "scale: out}").replace(
         "  scale: {format", "  out: {format"), "vllm_fp8", ["scales.out", "k_out"]),
+    # a {tokens: N} group with no page block: the default multiple of 1 is told, where the group is
+    ("tokens group without a page block", edit(SHIPPED["mxfp8_v_seqblocked"], "page:\n  size_multiple_of: 32\n", ""),
+     "mxfp8_v_seqblocked", ["mxfp8_v_seqblocked.yaml:20:12:", "{tokens: 32} needs page.size_multiple_of to be a multiple of 32",
+                            "set page.size_multiple_of: 32"]),
     ("given scale named as a local", edit(SHIPPED["vllm_fp8"], "planes: [k, v]", "planes: [n, v]").replace(
         "scale: scale}", "scale: tokens}").replace("  scale: {format", "  tokens: {format"), "vllm_fp8",
      ["scales.tokens", "n_tokens"]),
@@ -543,3 +547,35 @@ def test_padding_that_keeps_every_page_aligned_is_accepted(tmp_path, page):
     path.write_text(edit(SHIPPED["ds32_mla"], "heads: 1\n", f"heads: 1\npage: {page}\n"))
     layout = build.build_layout(*build.load_spec(path, tmp_path)[1:])
     assert layout.page_align == int(page.rsplit(" ", 1)[1].rstrip("}"))
+
+
+def test_dense_ops_take_layouts_that_split_heads(tmp_path):
+    """quantize and dequantize read a row's record and scale offsets, which no page size or head
+    count changes: a layout whose scales split heads in two (even head counts only) still runs them,
+    and gives its reference's bytes."""
+    import importlib.util
+    import torch
+    from codegen import render
+    from tests.conftest import DEVICE
+    from tests.corpus import generator, scaled_normal
+    from tests.harness import assert_same_bytes
+    text = edit(SHIPPED["mxfp8_kv"], "order: [head, slot % 32, slot // 32, scale]",
+                "order: [head % 2, head // 2, slot % 32, slot // 32, scale]")
+    path = tmp_path / "specs" / "mxfp8_kv.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    module_path = tmp_path / "split.py"
+    module_path.write_text(render.render_layout(build.build_layout(*build.load_spec(path, tmp_path)[1:])))
+    spec = importlib.util.spec_from_file_location("kvlayout_split_heads", module_path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    x = scaled_normal((6, 2, 64), generator(5)).to(DEVICE, torch.bfloat16)
+    (data, scale), (want_data, want_scale) = m.quantize(x), m.quantize_ref(x)
+    assert_same_bytes(data, want_data, "quantize data")
+    assert_same_bytes(scale, want_scale, "quantize scale")
+    assert_same_bytes(m.dequantize(data, scale), m.dequantize_ref(data, scale), "dequantize")
+    with pytest.raises(ValueError, match=r"^x: shape \(6, 48\): values: the value count must be a multiple of 32 "
+                                         r"\(values=48\)$"):
+        m.quantize(torch.ones(6, 48, device=DEVICE))
+    with pytest.raises(ValueError, match=r"^heads: the head extent must be a multiple of 2"):
+        m.alloc_cache(1, 32, heads=3, values=64)

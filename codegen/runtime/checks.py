@@ -70,16 +70,30 @@ def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
     return _geometry(_index(page_size, "page_size"), _index(heads, "heads"), _index(values, "values"))
 
 
-def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape, dense: bool = False) -> dict:
-    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values (dense:
-    a dense op's, which takes no page size or heads: its error tells only the value count)."""
+def _sized_geometry(page_size: int, heads: int, values: int, name: str, shape) -> dict:
+    """_checked_geometry(), a size error naming the tensor whose shape gave heads and values."""
     try:
         return _checked_geometry(page_size, heads, values)
     except ValueError as err:
         if str(err).startswith("page_size:"):
             raise
-        told = f"{str(err).rsplit(' (page_size=', 1)[0]} (values={values})" if dense else str(err)
-        raise ValueError(f"{name}: shape {tuple(shape)}: {told}") from None
+        raise ValueError(f"{name}: shape {tuple(shape)}: {err}") from None
+
+
+def _dense_geometry(values: int, name: str, shape) -> dict:
+    """The geometry dense ops (quantize, dequantize) read a row's record and scale offsets from, which
+    no page size or head count changes: at the first page size and head count the layout takes with
+    this value count (a spec may ask for even heads or page sizes); a value count none takes is an
+    error naming the tensor, told in values alone."""
+    told, tries = None, (1, 2, 4, 8, 16, 32, 64, 128)      # page sizes (in PAGE_SIZE_MULTIPLEs) and heads
+    for heads in (HEADS,) if HEADS is not None else tries:
+        for k in tries:
+            try:
+                return _checked_geometry(PAGE_SIZE_MULTIPLE * k, heads, values)
+            except ValueError as err:
+                if told is None or str(err).startswith("values:") and not told.startswith("values:"):
+                    told = str(err)
+    raise ValueError(f"{name}: shape {tuple(shape)}: {told.rsplit(' (page_size=', 1)[0]} (values={values})")
 
 
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:
