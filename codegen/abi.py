@@ -284,7 +284,7 @@ def diff(project: config.Project, ref: str) -> list:
     with tempfile.TemporaryDirectory(prefix="kvlayout-diff-") as tmp:
         old_project = checkout_specs(project, ref, Path(tmp))
         try:
-            old_layouts, old_compats = pipeline.build_all(old_project)
+            old_layouts, old_compats = pipeline.build_all(old_project, earlier=True)
         except pipeline.SpecErrors as exc:
             for err in exc.errors:           # name the revision's files as ref:path
                 for p in err.problems:

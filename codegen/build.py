@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import language, marked_yaml
 from .errors import Mark, SpecError
-from .expr import Expr, RoundUp, const, divisible, round_up, round_up_operand, sym
+from .expr import Expr, FloorDiv, RoundUp, const, divisible, round_up, round_up_operand, sym
 from .formats import ELEMENT_FORMATS, RAW_DTYPES, SCALE_FORMATS, fp32_bits, fp32_value, rule_terms
 from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, Layout, Region,
                     ScaleGroup, Segment, Source, Term, op_params)
@@ -134,7 +134,10 @@ def _check_names(tree) -> None:
                             "generated module uses itself", "name the plane k, v or another word")
 
 
-def build_layout(tree, display: str, digest: str) -> Layout:
+def build_layout(tree, display: str, digest: str, *, earlier: bool = False) -> Layout:
+    """The validated model of a layout spec. earlier: the spec is a revision's, read by `diff` to
+    compare with: a page.size_multiple_of that allows misaligning page sizes (which this release
+    refuses, and earlier ones checked per call) is taken, so the fix itself can be compared."""
     _check_names(tree)
     stem = Path(display).stem
     if tree["name"] != stem:
@@ -234,12 +237,13 @@ def build_layout(tree, display: str, digest: str) -> Layout:
                             "rename the buffer, e.g. cache")
     for s in segments:
         if s.raw is not None:
-            _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks, multiple)
+            _check_alignment(records, buffers, s.raw.nbytes, f"{s.dtype} segment {s.name!r}", tree, checks, multiple,
+                             earlier)
     for g in groups.values():
         if g.format.nbytes > 1 and not g.given:
             region = next(r for b in buffers for r in b.regions if r.holds == g.name)
             _check_alignment(records if region.inline else region, buffers, g.format.nbytes,
-                             f"{g.format.name} scales of {g.name!r}", tree, checks, multiple)
+                             f"{g.format.name} scales of {g.name!r}", tree, checks, multiple, earlier)
 
     # Buffer, region and coordinate names join into the constexpr names kernels take (buffer a's
     # group b_c and buffer a_b's group c both give A_B_C_OFFSET): they must come out distinct.
@@ -892,8 +896,10 @@ def _check_placement(tree, buffers, groups):
                             f"add '- {{holds: {need}, order: [...]}}' to a buffer")
 
 
-def _check_alignment(region: Region, buffers, size: int, subject: str, tree, checks, multiple: int):
-    """Every address of `region` must be a multiple of `size` (a raw bf16 segment, an fp32 scale)."""
+def _check_alignment(region: Region, buffers, size: int, subject: str, tree, checks, multiple: int,
+                     earlier: bool = False):
+    """Every address of `region` must be a multiple of `size` (a raw bf16 segment, an fp32 scale);
+    earlier: see build_layout."""
     buf = next(b for b in buffers if b.name == region.buffer)
     for what, e in (("the element size", region.element_bytes), (f"the {region.holds} region offset", region.offset),
                     (f"the page size of buffer {buf.name!r}", buf.page_bytes)):
@@ -913,21 +919,22 @@ def _check_alignment(region: Region, buffers, size: int, subject: str, tree, che
                                 f"{size}, so padded pages of buffer {buf.name!r} would misalign {subject}",
                                 f"use a multiple of {size}, e.g. {fix}")
         elif not divisible(e, size):
-            if not e.symbols() - {PAGE_SIZE}:
+            if not e.symbols() - {PAGE_SIZE} and not earlier:
                 _check_page_sizes_align(e, size, multiple, what, subject, tree)
             checks.append((e, size, f"{what} must be a multiple of {size} bytes, or {subject} would be misaligned"))
 
 
 def _check_page_sizes_align(e, size: int, multiple: int, what: str, subject: str, tree) -> None:
-    """Where heads and values are fixed, an address depends on page_size alone: the page sizes the
-    spec allows (multiples of page.size_multiple_of) are checked here, so a spec never declares one
-    that every call would then refuse. The residues repeat within lcm(size, ...) steps; 64 * size
-    steps cover every padding multiple a spec can give."""
-    steps = range(1, 64 * size + 1)
+    """An address that depends on page_size alone is checked here at every page size the spec allows
+    (multiples of page.size_multiple_of), so a spec never declares page sizes every call would refuse.
+    e is page_size times a constant plus a constant, with terms floor-divided or rounded by constants
+    (_divisors): e(multiple * k) % size repeats within size * lcm(divisors) steps of k."""
+    steps = range(1, min(size * math.lcm(1, *_divisors(e)), 4096) + 1)
     bad = next((multiple * k for k in steps if e.evaluate({PAGE_SIZE: multiple * k}) % size), None)
     if bad is None:
         return
-    fix = next((f"set page.size_multiple_of: {m}" for m in (multiple * j for j in range(2, size + 1))
+    fixes = (m for m in range(2 * multiple, min(64 * multiple, language.MAX_PAGE_SIZE) + 1, multiple))
+    fix = next((f"set page.size_multiple_of: {m}" for m in fixes
                 if all(e.evaluate({PAGE_SIZE: m * k}) % size == 0 for k in steps)),
                "pad the record or the page (page.align), or reorder the regions")
     page = tree.get("page")
@@ -936,6 +943,16 @@ def _check_page_sizes_align(e, size: int, multiple: int, what: str, subject: str
     raise SpecError(mark, f"page.size_multiple_of: {multiple} allows page_size={bad}, where {what} "
                     f"({e.evaluate({PAGE_SIZE: bad})} bytes) is not a multiple of {size}, so {subject} would be "
                     "misaligned", fix)
+
+
+def _divisors(e) -> list:
+    """The constant divisors of e's floor divisions (and rounding multiples), anywhere in it."""
+    found = [e.den] if isinstance(e, FloorDiv) else [e.multiple] if isinstance(e, RoundUp) else []
+    for part in vars(e).values() if hasattr(e, "__dataclass_fields__") else ():
+        for item in part if isinstance(part, tuple) else (part,):
+            if isinstance(item, Expr):
+                found += _divisors(item)
+    return found
 
 
 def _padding_misaligns(e: RoundUp, size: int, multiple: int) -> bool:

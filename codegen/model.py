@@ -6,6 +6,7 @@ Extents that depend on call-time sizes are ``Expr`` over the symbols ``page_size
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .expr import Expr, NextPow2, RoundUp, const, contains, next_pow2
@@ -417,6 +418,17 @@ class Layout:
                         else HEADS if symbols == {HEADS} else "sizes")
             out.append((expr, n, message, argument))
         return tuple(out)
+
+    @property
+    def dense_heads(self) -> int:
+        """The head count quantize and dequantize compute their geometry at (a row's record and scales do
+        not depend on it): the spec's, else the least every heads-only runtime check takes (scales that
+        split heads in k ask for a multiple of k)."""
+        if self.heads.is_const:
+            return self.heads.const_value()
+        checks = [(e, n) for e, n, _, argument in self.size_checks if argument == HEADS]
+        return next((h for h in range(1, math.lcm(1, *(n for _, n in checks)) + 1)
+                     if all(e.evaluate({HEADS: h}) % n == 0 for e, n in checks)), 1)
 
     @property
     def scale_kind(self) -> str | None:

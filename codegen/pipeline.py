@@ -55,7 +55,7 @@ def spec_files(project) -> list:
     (.yml, .YAML: build_all refuses them, rather than generate removing their output as orphans)."""
     project = project_of(project)
     return [p for kind in ("layout", COMPAT) for folder in _folders(project, kind) for p in sorted(folder.glob("*"))
-            if p.suffix == ".yaml" or p.suffix.lower() in (".yaml", ".yml") and p.is_file()]
+            if p.suffix == ".yaml" or (p.suffix.lower() in (".yaml", ".yml") and p.is_file())]
 
 
 def _shown_folders(project, kind: str) -> str:
@@ -71,8 +71,21 @@ def _check_place(project, path: Path, kind: str, display: str) -> None:
                         "only the specs there)", f"move it to {first}/{path.name}")
 
 
-def build_all(project, paths=None) -> tuple:
-    """Validate specs into models: returns ({name: Layout}, {name: Compat}). Raises SpecErrors."""
+def _check_spec_file(path: Path, root: Path) -> None:
+    """A spec path names a regular file whose name ends in .yaml."""
+    if path.is_dir():
+        raise SpecError(Mark(build.display_path(path, root), 1, 1), "is a directory, not a spec file",
+                        "rename or remove the directory")
+    if not path.is_file():
+        raise SpecError(Mark(build.display_path(path, root), 1, 1), "no such spec file")
+    if path.suffix != ".yaml":
+        raise SpecError(Mark(build.display_path(path, root), 1, 1), f"a spec file's name ends in .yaml, not "
+                        f"{path.suffix} (kvlayout reads only .yaml specs)", f"rename it to {path.stem}.yaml")
+
+
+def build_all(project, paths=None, *, earlier: bool = False) -> tuple:
+    """Validate specs into models: returns ({name: Layout}, {name: Compat}). Raises SpecErrors.
+    earlier: the specs are a revision's, read by `diff` (see build.build_layout)."""
     project = project_of(project)
     root = project.root
     # (a spec named twice on the command line is read once: else it would clash with its own name)
@@ -80,18 +93,11 @@ def build_all(project, paths=None) -> tuple:
     errors, layouts, compats, pending = [], {}, {}, []
     for path in paths:
         try:
-            if path.is_dir():
-                raise SpecError(Mark(build.display_path(path, root), 1, 1), "is a directory, not a spec file",
-                                "rename or remove the directory")
-            if not path.is_file():
-                raise SpecError(Mark(build.display_path(path, root), 1, 1), "no such spec file")
-            if path.suffix != ".yaml":
-                raise SpecError(Mark(build.display_path(path, root), 1, 1), f"a spec file's name ends in .yaml, not "
-                                f"{path.suffix} (kvlayout reads only .yaml specs)", f"rename it to {path.stem}.yaml")
+            _check_spec_file(path, root)
             kind, tree, display, digest = build.load_spec(path, root)
             _check_place(project, path, kind, display)
             if kind == "layout":
-                layout = build.build_layout(tree, display, digest)
+                layout = build.build_layout(tree, display, digest, earlier=earlier)
                 if layout.name in layouts:
                     raise SpecError(tree.value_mark("name"), f"name: {layout.name!r} is also the name of "
                                     f"{layouts[layout.name].spec_path}; spec names are unique across spec folders",
@@ -108,8 +114,9 @@ def build_all(project, paths=None) -> tuple:
             if path.parent.name == COMPAT or path.resolve() in requested:
                 continue
             try:
+                _check_spec_file(path, root)
                 kind, tree, display, digest = build.load_spec(path, root)
-                layout = build.build_layout(tree, display, digest)
+                layout = build.build_layout(tree, display, digest, earlier=earlier)
                 layouts.setdefault(layout.name, layout)
             except SpecError as err:
                 errors.append(err)

@@ -74,7 +74,8 @@ class RawCache(Cache):
 
 # The Cache field whose last two dims give (heads, values) where the spec leaves them to the tensors.
 _RECORDS_FIELD = "cache.kv_cache"
-_RECORDS_INDEX = Cache._fields.index(_RECORDS_FIELD[len("cache."):])
+_RECORDS_NAME = _RECORDS_FIELD[len("cache."):]
+_RECORDS_INDEX = Cache._fields.index(_RECORDS_NAME)
 # A records row of the last dim: _ROW_PLANES records (every plane's where the order ends with plane),
 # each of values' codes and _RECORD_OVERHEAD bytes of inline scales.
 _ROW_PLANES = 2
@@ -268,13 +269,13 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
     try:
         return _check_cache_tensors(cache, page_size, heads, values, device, dims_from)
     except ValueError as err:
-        swapped = _swapped(cache, page_size, None if dims_from is None else (heads, values), device)
+        swapped = _swap_error(cache, page_size, None if dims_from is None else (heads, values), device)
         if swapped is None:
             raise
         raise ValueError(swapped) from err
 
 
-def _swapped(cache, page_size: int, dims: tuple | None, device) -> str | None:
+def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:
     """An error naming two cache tensors passed in each other's places, where the cache passes its
     checks with them exchanged (dims: the sources' (heads, values); None: the records tensor's);
     None where no exchange of two does."""
@@ -288,12 +289,13 @@ def _swapped(cache, page_size: int, dims: tuple | None, device) -> str | None:
     for i in range(len(fields)):
         for j in range(i + 1, len(fields)):
             a, b = cache[i], cache[j]
-            if a is b or isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() and b.dim() and (
-                    a.shape[0], a.numel() * a.element_size()) == (b.shape[0], b.numel() * b.element_size()):
+            alike = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() > 0 and b.dim() > 0
+                     and (a.shape[0], a.nbytes) == (b.shape[0], b.nbytes))
+            if a is b or alike:
                 continue                # as many pages of as many bytes: the checks cannot tell them apart
             tensors = list(cache)
             tensors[i], tensors[j] = cache[j], cache[i]
-            exchanged = tuple(tensors) if type(cache) is tuple else type(cache)(*tensors)
+            exchanged = type(cache)(*tensors) if type(cache) in (Cache, RawCache) else tuple(tensors)
             try:
                 _check_cache_tensors(exchanged, page_size, *(dims or _cache_dims(exchanged)), device)
             except ValueError:
@@ -347,11 +349,13 @@ def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: 
         return (f"page_size: cache.{field} was allocated for page_size={allocated} (shape {tuple(t.shape)}: "
                 f"{t.shape[0]} pages of {nbytes // t.shape[0]} bytes), but page_size={page_size} was passed; pass the "
                 "page_size it was allocated with")
-    other = _misplaced(field, t, heads, values)
+    other = _misplaced_error(field, t, heads, values)
     if other is not None:
         return other
-    if from_records and f"cache.{field}" == _RECORDS_FIELD and (nbytes % page_bytes or nbytes < page_bytes or
-                                                                  _records_dtype_error(t, page_size, heads, values)):
+    # (a RawCache's records tensor may be token-major: its pages are then told by their bytes, below)
+    whole_pages = nbytes >= page_bytes and not nbytes % page_bytes
+    if from_records and field == _RECORDS_NAME and (not (raw or whole_pages) or
+                                                    _records_dtype_error(t, page_size, heads, values)):
         return _records_error(t, nbytes, page_bytes, page_size, heads, values)
     if 0 < nbytes < page_bytes:
         return f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, which holds {nbytes}"
@@ -379,7 +383,7 @@ def _records_dtype_error(t, page_size: int, heads: int, values: int) -> str | No
     """An error for a records tensor whose trailing dims gave heads and values counted in elements of
     another size than alloc_cache's dtype for it (so they count other bytes); None otherwise."""
     try:
-        dtype = cache_shapes(1, page_size, heads=heads, values=values)[_RECORDS_FIELD[len("cache."):]][1]
+        dtype = cache_shapes(1, page_size, heads=heads, values=values)[_RECORDS_NAME][1]
     except ValueError:
         return None
     if dtype.itemsize == t.element_size():
@@ -389,7 +393,7 @@ def _records_dtype_error(t, page_size: int, heads: int, values: int) -> str | No
             f"it (a {dtype.itemsize}-byte dtype: e.g. .view({dtype}) of its bytes)")
 
 
-def _misplaced(field: str, t, heads: int, values: int) -> str | None:
+def _misplaced_error(field: str, t, heads: int, values: int) -> str | None:
     """An error for cache tensor `field` where t has the shape and dtype alloc_cache gives another field
     (at some page size): the cache's tensors were passed out of field order. None otherwise."""
     if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.numel():
@@ -473,8 +477,8 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
     cache_heads, cache_values = _cache_dims(cache)
     if (heads, values) != (cache_heads, cache_values):
         records = cache[_RECORDS_INDEX]
-        raise ValueError(_swapped(cache, page_size, (heads, values), device) or
-                         _misplaced(_RECORDS_FIELD[len("cache."):], records, heads, values) or
+        raise ValueError(_swap_error(cache, page_size, (heads, values), device) or
+                         _misplaced_error(_RECORDS_NAME, records, heads, values) or
                          _records_dtype_error(records, page_size, cache_heads, cache_values) or
                          f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, but "
                          f"{_RECORDS_FIELD}'s shape {tuple(records.shape)} gives {cache_heads} of {cache_values}")
@@ -1653,7 +1657,8 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
             shapes = f"{(n_tokens, heads, values)}" + ("" if HEADS is None else f" or {(n_tokens, heads * values)}")
             raise ValueError(f"{name}: expected shape {shapes} with a contiguous last dim, "
                              f"got {tuple(o.shape)} strides {tuple(o.stride())}")
-        o = o.view(n_tokens, heads, values)
+        if o.dim() == 2:
+            o = o.view(n_tokens, heads, values)
         _check_head_offsets(name, o)
         views.append(o)
     if len({o.dtype for o in views}) > 1:

@@ -83,7 +83,7 @@ def test_a_cache_tensor_with_other_tensors_page_count_is_named():
     told = r"^cache\.k_cache, cache\.k_sf, cache\.v_cache, cache\.v_sf: hold different numbers of pages \(3, 2, 4, 4\); "
     raises(told, m.gather_dequant, mixed, ids, 32)
     # a compat wrapper names its own parameters, in the head too
-    compat = pytest.importorskip("generated.compat.sglang_mxfp8")
+    from generated.compat import sglang_mxfp8 as compat
     raises(r"^k_cache, sfk, v_cache, sfv: hold different numbers of pages \(3, 2, 4, 4\); pass the tensors of one cache$",
            compat.quant_store_kv_mxfp8, x, x, loc, *mixed[::2], *mixed[1::2], page_size=32)
     raises(r"^k_cache and sfk: hold each other's tensors \(exchanged, every cache tensor holds whole pages of "
@@ -128,6 +128,13 @@ def test_a_cache_tensor_passed_for_another_field_is_named():
     raises(told % "v_cache", m.gather_dequant, cache._replace(v_cache=cache.v_sf), ids, 32)
     raises(told % "v_cache", m.quantize_store, x, x, loc, cache._replace(v_cache=cache.v_sf), 32)
     raises(told % "k_cache", m.quantize_store, x, x, loc, cache._replace(k_cache=cache.k_sf), 32)
+    # a tuple of another type holding the tensors is checked as a plain tuple
+    class Tensors(tuple):
+        pass
+    raises(r"^cache\.k_sf: holds 2 pages, the other tensors 4$", m.gather_dequant,
+           Tensors((cache.k_cache, cache.k_sf[:2], cache.v_cache, cache.v_sf)), ids, 32)
+    raises(r"^cache\.k_cache and cache\.k_sf: hold each other's tensors", m.gather_dequant,
+           Tensors((cache.k_sf, cache.k_cache, cache.v_cache, cache.v_sf)), ids, 32)
     # a flat tensor of less than a page records no shape: its bytes are what is told
     raises(r"^page_size: a page of page_size=32 takes 4096 bytes of cache\.v_cache, which holds 100$", m.gather_dequant,
            m.RawCache(*cache._replace(v_cache=cache.v_cache.view(-1)[:100])), ids, 32)
@@ -209,6 +216,10 @@ def test_a_records_tensor_that_gave_heads_and_values_is_named():
             r"elements, but alloc_cache gives it as torch.float8_e4m3fn; ")
     raises(told, m.gather_dequant, wide, ids, 32)
     raises(told, m.quantize_store, x, x, loc, wide, 32)
+    # a RawCache's token-major records tensor gives heads and values rightly: a wrong page_size is told
+    token_major = m.RawCache(cache.k_cache.view(128, 2, 64), *cache[1:])
+    raises(r"^page_size: a page of page_size=256 takes 32768 bytes of cache\.k_cache, which holds 16384$",
+           m.gather_dequant, token_major, ids, 256)
 
 
 def test_geometry_gives_a_dict_of_the_callers_own():
@@ -267,7 +278,7 @@ def test_size_errors_name_the_tensor_that_gave_the_size():
            torch.ones(2, 41, device=DEVICE))
     raises(r"^data: shape \(2, 41\): values: the value count must be a multiple of 32 \(values=41\)$", m.dequantize,
            torch.zeros(2, 41, dtype=torch.float8_e4m3fn, device=DEVICE), torch.zeros(2, 1, dtype=torch.uint8, device=DEVICE))
-    raises(r"x: shape \(2, 41\): values: this layout has 512 values per head, got 41", module("dsv4_k").quantize,
+    raises(r"^x: shape \(2, 41\): values: this layout has 512 values per head, got 41$", module("dsv4_k").quantize,
            torch.ones(2, 41, device=DEVICE))
 
 

@@ -340,8 +340,9 @@ def test_lint_names_specs_as_given_and_reads_a_spec_named_twice_once(tmp_path):
 
 
 def test_spec_files_that_are_directories_or_not_yaml_are_named(tmp_path):
-    """A directory named like a spec, and a spec named .yml or .YAML, are errors naming them (a .yml
-    spec was skipped, and generate removed its module as an orphan)."""
+    """A directory named like a spec, and a spec named .yml or .YAML, are errors naming them, so
+    generate never takes a misnamed spec's module for an orphan; also where only a compat spec is
+    named (its layouts are read from the whole folder)."""
     root = copy_repo(tmp_path)
     (root / "specs" / "extra.yaml").mkdir()
     proc = kvlayout("lint", root=root)
@@ -356,6 +357,9 @@ def test_spec_files_that_are_directories_or_not_yaml_are_named(tmp_path):
                 and "(fix: rename it to dsv4_k.yaml)" in proc.stderr), proc.stderr
         assert (root / "generated" / "dsv4_k.py").read_bytes() == before
         (root / "specs" / f"dsv4_k{suffix}").rename(root / "specs" / "dsv4_k.yaml")
+    (root / "specs" / "other.yml").write_text(GOOD.replace("name: dsv4_k", "name: other"))
+    proc = kvlayout("lint", "specs/compat/sglang_dsv4.yaml", root=root)
+    assert proc.returncode == 2 and "specs/other.yml:1:1: a spec file's name ends in .yaml" in proc.stderr, proc.stderr
 
 
 def test_github_annotations_escape_what_ends_their_fields():

@@ -539,3 +539,24 @@ def test_the_runner_fails_when_a_process_fails_or_none_selects_a_test():
     assert status([0, 0]) == 0 and status([NO_TESTS, 0]) == 0 and status([0, NO_TESTS]) == 0
     assert status([1, 0]) == 1 and status([NO_TESTS, 2]) == 2 and status([0, 1]) == 1
     assert status([NO_TESTS, NO_TESTS]) == NO_TESTS
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_compares_with_a_revision_this_release_would_refuse(tmp_path):
+    """A revision's spec whose page.size_multiple_of allows page sizes that misalign a region (refused
+    now, checked per call before) is still read by diff, so the change that fixes it is compared."""
+    root = tmp_path
+    git(root, "init", "-q")
+    (root / "kvlayout.toml").write_text('specs = "specs"\n')
+    (root / "specs").mkdir()
+    spec = root / "specs" / "dsv4_k.yaml"
+    good = (ROOT / "specs" / "dsv4_k.yaml").read_text()
+    spec.write_text(edit(edit(good, "align: 576 ", "align: 1   "), "pad_to: 8 ", "pad_to: 7 "))
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "odd page sizes misalign the rope values")
+    proc = kv("lint", cwd=root)
+    assert proc.returncode == 2 and "page.size_multiple_of: 1 allows page_size=1" in proc.stderr, proc.stderr
+    spec.write_text(edit(spec.read_text(), "size_multiple_of: 1", "size_multiple_of: 2"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and proc.stdout == ("specs/dsv4_k.yaml: breaking: page sizes: a multiple of 1 -> of 2 "
+                                                    "(some pages the old layout took are refused)\n"), proc.stderr

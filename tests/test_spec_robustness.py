@@ -549,10 +549,11 @@ def test_padding_that_keeps_every_page_aligned_is_accepted(tmp_path, page):
     assert layout.page_align == int(page.rsplit(" ", 1)[1].rstrip("}"))
 
 
-def test_dense_ops_take_layouts_that_split_heads(tmp_path):
+@pytest.mark.parametrize("split", [2, 3])
+def test_dense_ops_take_layouts_that_split_heads(tmp_path, split):
     """quantize and dequantize read a row's record and scale offsets, which no page size or head
-    count changes: a layout whose scales split heads in two (even head counts only) still runs them,
-    and gives its reference's bytes."""
+    count changes: a layout whose scales split heads in two or three (head counts of that multiple
+    only) still runs them, and gives its reference's bytes."""
     import importlib.util
     import torch
     from codegen import render
@@ -560,13 +561,13 @@ def test_dense_ops_take_layouts_that_split_heads(tmp_path):
     from tests.corpus import generator, scaled_normal
     from tests.harness import assert_same_bytes
     text = edit(SHIPPED["mxfp8_kv"], "order: [head, slot % 32, slot // 32, scale]",
-                "order: [head % 2, head // 2, slot % 32, slot // 32, scale]")
+                f"order: [head % {split}, head // {split}, slot % 32, slot // 32, scale]")
     path = tmp_path / "specs" / "mxfp8_kv.yaml"
     path.parent.mkdir()
     path.write_text(text)
-    module_path = tmp_path / "split.py"
+    module_path = tmp_path / f"split{split}.py"
     module_path.write_text(render.render_layout(build.build_layout(*build.load_spec(path, tmp_path)[1:])))
-    spec = importlib.util.spec_from_file_location("kvlayout_split_heads", module_path)
+    spec = importlib.util.spec_from_file_location(f"kvlayout_split_heads_{split}", module_path)
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     x = scaled_normal((6, 2, 64), generator(5)).to(DEVICE, torch.bfloat16)
@@ -577,5 +578,6 @@ def test_dense_ops_take_layouts_that_split_heads(tmp_path):
     with pytest.raises(ValueError, match=r"^x: shape \(6, 48\): values: the value count must be a multiple of 32 "
                                          r"\(values=48\)$"):
         m.quantize(torch.ones(6, 48, device=DEVICE))
-    with pytest.raises(ValueError, match=r"^heads: the head extent must be a multiple of 2"):
-        m.alloc_cache(1, 32, heads=3, values=64)
+    assert m._DENSE_HEADS == split
+    with pytest.raises(ValueError, match=rf"^heads: the head extent must be a multiple of {split}"):
+        m.alloc_cache(1, 32, heads=split + 1, values=64)
