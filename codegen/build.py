@@ -1095,7 +1095,8 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
                                         op=op, args=tuple(rendered), returns=f["returns"],
                                         require=tuple((p, tuple(v)) for p, v in require.items()),
-                                        derived=tuple(derived), renames=tuple(renames), raw_cache=f["raw_cache"]))
+                                        derived=tuple(derived), renames=tuple(renames), raw_cache=f["raw_cache"],
+                                        page_size_from=(size_from.group(1), args["page_size"]) if size_from else None))
         if layout_name not in used_layouts:
             used_layouts.append(layout_name)
     return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,

@@ -803,6 +803,8 @@ class CompatFunction:
     # (the op's argument name, the caller's parameter or expression): its ValueErrors say the latter
     renames: tuple = ()
     raw_cache: bool = False       # the cache is passed as the layout's RawCache (seed-shaped buffers)
+    # (tensor parameter, expression) where page_size is read off a tensor's shape (v_cache.shape[1])
+    page_size_from: tuple | None = None
 
     @property
     def call_args(self) -> tuple:
@@ -823,6 +825,11 @@ class Compat:
     layouts: tuple                # layout names imported
     types: tuple                  # (type name, fields)
     functions: tuple
+
+    @property
+    def needs(self) -> frozenset:
+        """The optional compat_host helpers the functions call (render.RUNTIME_OPTIONAL)."""
+        return frozenset({"read_page_size"} if any(f.page_size_from for f in self.functions) else ())
 
 
 def op_params(layout: Layout, op: str) -> tuple:

@@ -281,6 +281,7 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         raise ValueError(f"cache: is a {type(cache).__module__}.{type(cache).__qualname__}, not this layout's "
                          f"{LAYOUT}.Cache; pass its Cache (another layout's lays its bytes out another way) or a "
                          "plain tuple of its fields")
+    _check_fields_apart(cache)
     try:
         return _check_cache_tensors(cache, page_size, heads, values, device, dims_from)
     except ValueError as err:
@@ -288,6 +289,16 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         if swapped is None:
             raise
         raise ValueError(swapped) from err
+
+
+def _check_fields_apart(cache) -> None:
+    """Each cache field is a buffer of its own: where two share bytes (one tensor passed for both),
+    one field's bytes would be read or written as the other's. Tensors the later checks refuse
+    (not dense, no data, on another device) are left to them."""
+    if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not (t.is_nested or t.is_meta)
+               for t in cache) or len({t.device for t in cache}) > 1:
+        return
+    _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), "each cache field needs a buffer of its own")
 
 
 def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:
@@ -328,7 +339,13 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
     if dims_from is None:
         _check_tensor(_RECORDS_FIELD, cache[_RECORDS_INDEX])
         dims_from = (_RECORDS_FIELD, cache[_RECORDS_INDEX].shape)
-    geo = _sized_geometry(page_size, heads, values, *dims_from)
+    try:
+        geo = _sized_geometry(page_size, heads, values, *dims_from)
+    except ValueError:
+        misplaced = _misplaced_records_error(cache) if from_records else None
+        if misplaced is None:
+            raise
+        raise ValueError(misplaced) from None
     pages = {}
     for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
@@ -426,6 +443,25 @@ def _misplaced_error(field: str, t, heads: int, values: int) -> str | None:
             + f"; pass each tensor in its own place ({', '.join('cache.' + f for f in Cache._fields)})")
 
 
+def _misplaced_records_error(cache) -> str | None:
+    """Where the records tensor gave heads and values that the layout does not take: an error naming it
+    as another field's tensor (a scales tensor passed twice), at the heads and values another
+    tensor of the cache gives in the records' place (the other plane's records); None where none does."""
+    records = cache[_RECORDS_INDEX]
+    for i, other in enumerate(cache):
+        if i == _RECORDS_INDEX or other is records:
+            continue
+        try:
+            heads, values = _cache_dims(tuple(other if j == _RECORDS_INDEX else t for j, t in enumerate(cache)))
+            _checked_geometry(PAGE_SIZE_MULTIPLE, heads, values)
+        except ValueError:
+            continue
+        error = _misplaced_error(_RECORDS_NAME, records, heads, values)
+        if error is not None:
+            return error
+    return None
+
+
 def _allocated_page_size(field: str, t, nbytes: int, heads: int, values: int) -> int | None:
     """The page size cache field `field` was allocated for, if t has the
     shape alloc_cache gives it at some page size: the caller's page_size is then the argument at
@@ -490,6 +526,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
         views.append(src)
     n_tokens, heads, values = views[0].shape
     cache_heads, cache_values = _cache_dims(cache)
+    _check_fields_apart(cache)       # (before the dims a misplaced tensor gave are compared)
     if (heads, values) != (cache_heads, cache_values):
         records = cache[_RECORDS_INDEX]
         raise ValueError(_swap_error(cache, page_size, (heads, values), device) or
@@ -651,7 +688,8 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return reach(b.data_ptr() - a.data_ptr(), 0)
 
 
-def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = ()) -> None:
+def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = (),
+                    why: str = "a written buffer must not alias any other argument") -> None:
     """ValueError when a written tensor's bytes overlap another argument's (aliasing would race).
     pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent); tensors (where
     given) let two strided views whose spans cross, but whose elements interleave, pass."""
@@ -670,13 +708,18 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
             continue
         for i, (a, b) in enumerate(spans):
             if i != w and a < hi and lo < b and (not tensors or _strided_overlap(tensors[w], tensors[i])):
-                raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; a written buffer must not alias "
-                                 "any other argument")
+                raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; {why}")
 
 
-def _check_apart(names: tuple, tensors: tuple, written: tuple) -> None:
+def _check_apart(names: tuple, tensors: tuple, written: tuple,
+                 why: str = "a written buffer must not alias any other argument") -> None:
     """_check_disjoint for a call's tensors themselves (the checked path)."""
-    _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors)
+    _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors, why)
+
+
+def _repeats(pointers: list, start: int, count: int) -> bool:
+    """Whether two of pointers[start:start + count] are one address (a tensor passed twice)."""
+    return len(set(pointers[start:start + count])) < count
 
 
 try:      # torch's C++ check of tensors' dtype, device, shape, strides and autograd state (torch.compile's guards)
@@ -1634,6 +1677,8 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
              tuple(out) if isinstance(out, (tuple, list)) and len(out) == len(PLANES) else None)   # None: the checked path names it
     tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
     plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
+    if plan is not None and _repeats(pointers, 1, len(Cache._fields)):
+        plan = None           # one tensor passed for two cache fields: the checked path names them
     if plan is not None:      # this call signature passed every check before: replay its launch
         if given:
             plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)

@@ -118,16 +118,19 @@ def test_cache_tensors_in_each_others_places_are_named(name):
 
 
 def test_a_cache_tensor_passed_for_another_field_is_named():
-    """A cache tensor in the place of another field whose shape and dtype it has (a scales tensor
-    passed twice) names the field and the fields it fits, also where it gives heads and values."""
+    """A cache tensor in the place of another field whose shape and dtype it has (another cache's
+    scales) names the field and the fields it fits, also where it gives heads and values (in a gather:
+    their right values are then the other plane's records tensor's)."""
     m, cache, x, loc = kv_setup()
     ids = torch.arange(4, device=DEVICE)
+    other = m.alloc_cache(4, 32, heads=2, values=64, device=DEVICE)
     told = (r"^cache\.%s: shape \(4, 2, 32, 1, 2\) torch.uint8 is what alloc_cache gives cache\.k_sf \(page_size=32\) "
             r"or cache\.v_sf \(page_size=32\); pass each tensor in its own place \(cache\.k_cache, cache\.k_sf, cache\.v_cache, "
             r"cache\.v_sf\)$")
-    raises(told % "v_cache", m.gather_dequant, cache._replace(v_cache=cache.v_sf), ids, 32)
-    raises(told % "v_cache", m.quantize_store, x, x, loc, cache._replace(v_cache=cache.v_sf), 32)
-    raises(told % "k_cache", m.quantize_store, x, x, loc, cache._replace(k_cache=cache.k_sf), 32)
+    raises(told % "v_cache", m.gather_dequant, cache._replace(v_cache=other.v_sf), ids, 32)
+    raises(told % "k_cache", m.gather_dequant, cache._replace(k_cache=other.k_sf), ids, 32)
+    raises(told % "v_cache", m.quantize_store, x, x, loc, cache._replace(v_cache=other.v_sf), 32)
+    raises(told % "k_cache", m.quantize_store, x, x, loc, cache._replace(k_cache=other.k_sf), 32)
     # a tuple of another type holding the tensors is checked as a plain tuple
     class Tensors(tuple):
         pass
@@ -138,6 +141,62 @@ def test_a_cache_tensor_passed_for_another_field_is_named():
     # a flat tensor of less than a page records no shape: its bytes are what is told
     raises(r"^page_size: a page of page_size=32 takes 4096 bytes of cache\.v_cache, which holds 100$", m.gather_dequant,
            m.RawCache(*cache._replace(v_cache=cache.v_cache.view(-1)[:100])), ids, 32)
+
+
+@pytest.mark.parametrize("name", sorted(set(cases("quantize_store") + cases("append") + cases("gather_dequant"))))
+def test_one_tensor_passed_for_two_cache_fields_is_named(name):
+    """A tensor passed for two cache fields (or views sharing bytes) is refused naming both, by the
+    writers and by the gathers, which only read them, also where a plan of the call's signature
+    was recorded (on a GPU: a replay finds the repeat and takes the checked path)."""
+    m = module(name)
+    heads, values, page = dims(m)
+    gen = generator(43)
+    cache = fresh_cache(m, 4, page, heads, values, gen)
+    ids, scales = torch.arange(4, device=DEVICE), given(m)
+    writer = m.quantize_store if "quantize_store" in m.OPS else getattr(m, "append", None)
+    rows = sources(m, [torch.ones(4, heads, values, device=DEVICE)] * len(m.PLANES))
+    fields = m.Cache._fields
+    if "gather_dequant" in m.OPS:
+        m.gather_dequant(cache, ids, page, **scales)          # records a plan on a GPU
+    for i in range(len(fields)):
+        for j in range(len(fields)):
+            if i == j:
+                continue
+            tensors = list(cache)
+            tensors[i] = cache[j]
+            told = (rf"^cache\.{fields[min(i, j)]}: overlaps cache\.{fields[max(i, j)]} in memory; each cache field "
+                    "needs a buffer of its own$")
+            if "gather_dequant" in m.OPS:
+                raises(told, m.gather_dequant, m.Cache(*tensors), ids, page, **scales)
+            if writer is not None:
+                before = clone(m, cache)
+                raises(told, writer, *rows, ids, m.Cache(*tensors), page, **scales)
+                assert_same_cache(m, cache, before, f"{name}: a refused write")
+    if len(fields) > 1:       # the last field a view of the first one's bytes
+        last = cache[-1]
+        shared = m.Cache(*cache[:-1], cache[0].view(torch.uint8).view(-1)[:last.nbytes].view(last.dtype).view(last.shape))
+        told = rf"^cache\.{fields[0]}: overlaps cache\.{fields[-1]} in memory"
+        if "gather_dequant" in m.OPS:
+            raises(told, m.gather_dequant, shared, ids, page, **scales)
+        if writer is not None:
+            raises(told, writer, *rows, ids, shared, page, **scales)
+
+
+def test_a_gather_plan_is_not_replayed_for_a_tensor_passed_twice(monkeypatch):
+    """A gather's plan is found by the call's signature, which one tensor passed for two cache fields
+    of one shape keeps: the replay sees the repeated address and takes the checked path, which
+    names the fields (a stand-in plan here, which fails if replayed; plans exist on GPUs only)."""
+    m, cache, x, loc = kv_setup()
+
+    class Replayed:
+        def run(self, *args):
+            raise AssertionError("a plan was replayed")
+        allocate = check_disjoint = run
+    monkeypatch.setattr(m, "_find", lambda plans, tensors, scalars: (Replayed(), None, [t.data_ptr() for t in tensors]))
+    raises(r"^cache\.k_cache: overlaps cache\.v_cache in memory", m.gather_dequant, cache._replace(v_cache=cache.k_cache),
+           loc, 32)
+    with pytest.raises(AssertionError, match="a plan was replayed"):     # the stand-in is replayed otherwise
+        m.gather_dequant(cache, loc, 32)
 
 
 @pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if module(n).HEADS is not None])
@@ -185,6 +244,32 @@ def test_compat_default_page_size_is_checked():
     compat = pytest.importorskip("generated.compat.sglang_mxfp8")
     m, cache, x, loc = kv_setup()
     raises("page_size=128", compat.quant_store_kv_mxfp8, x, x, loc, cache.k_cache, cache.v_cache, cache.k_sf, cache.v_sf)
+
+
+def test_compat_page_size_read_off_a_tensor_is_told_so():
+    """Where a compat function reads the page size off a tensor's shape (the seed's page_size is
+    v_cache.shape[1]), a tensor allocated for another page size is named against the one read, and
+    the tensor read, shaped otherwise than the seed takes it, is named with the size its bytes hold;
+    no fix asks for another page size, which the caller does not pass."""
+    from generated.compat import sglang_mxfp8, vllm_ds32
+    seqblocked = module("mxfp8_v_seqblocked")
+    c64 = seqblocked.alloc_cache(4, 64, heads=2, values=128, device=DEVICE)
+    c32 = seqblocked.alloc_cache(4, 32, heads=2, values=128, device=DEVICE)
+    v = torch.ones(3, 2, 128, dtype=torch.bfloat16, device=DEVICE)
+    loc = torch.arange(3, device=DEVICE)
+    raises(r"^sfv: was allocated for page size 32 \(shape \(4, 2, 128, 1\): 4 pages of 256 bytes\), but "
+           r"v_cache\.shape\[1\]=64; pass sfv and v_cache of one cache$",
+           sglang_mxfp8.update_mxfp8_v_cache_seqblocked, v, loc, c64.v_cache, c32.v_sf)
+    indexer = module("ds32_indexer")
+    kv_cache = indexer.alloc_cache(4, 64, device=DEVICE).k_cache       # (4, 64 * 132): the layout's own shape
+    k = torch.ones(3, 128, dtype=torch.bfloat16, device=DEVICE)
+    raises(r"^kv_cache: kv_cache\.shape\[1\]=8448 is read as the page size, but kv_cache holds pages of 64 slot\(s\) "
+           r"\(shape \(4, 8448\): 4 pages of 8448 bytes\); pass kv_cache shaped as the seed takes it, its page size at "
+           r"kv_cache\.shape\[1\]$", vllm_ds32.indexer_k_quant_and_cache, k, kv_cache, loc, 128, None)
+    raises(r"^kv_cache: shape \(4, 32, 264\) is not \(num_pages, \.\.\.\) of 4224-byte pages for kv_cache\.shape\[1\]=32; "
+           r"pass kv_cache shaped as the seed takes it, its page size at kv_cache\.shape\[1\]$",
+           vllm_ds32.indexer_k_quant_and_cache, k, kv_cache.view(4, 32, 264), loc, 128, None)
+    vllm_ds32.indexer_k_quant_and_cache(k, kv_cache.view(4, 64, 132), loc, 128, None)     # the seed's shape
 
 
 def test_sources_must_match_the_cache_heads_and_values():

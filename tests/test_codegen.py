@@ -76,11 +76,20 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
 
 
 def test_compat_modules_carry_their_runtime_verbatim():
-    """codegen/runtime/compat_host.py below its COPY marker is in every compat module as it is."""
+    """codegen/runtime/compat_host.py below its COPY marker is in every compat module as it is, its
+    optional helpers (those for a page size read off a tensor's shape) where a function calls them."""
     from codegen import render
-    body = render.runtime_source("compat_host")
+    optional = render.RUNTIME_OPTIONAL["compat_host"]
     compat = sorted(name for name in GENERATED if name.startswith("generated/compat/") and not name.endswith("__init__.py"))
-    assert compat and all(body in GENERATED[name] and "\nimport re\n" in GENERATED[name] for name in compat)
+    assert compat and optional
+    for name in compat:
+        text = GENERATED[name]
+        reads = "raise _read_page_size(" in text
+        assert "\nimport re\n" in text
+        for named, source in render._runtime_parts("compat_host"):
+            assert (source in text) == (named not in optional or reads), (name, named)
+    assert any("raise _read_page_size(" in GENERATED[name] for name in compat)
+    assert not all("raise _read_page_size(" in GENERATED[name] for name in compat)
 
 
 def test_plans_record_and_replay_with_a_stand_in_kernel(monkeypatch):

@@ -114,7 +114,8 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return reach(b.data_ptr() - a.data_ptr(), 0)
 
 
-def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = ()) -> None:
+def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = (),
+                    why: str = "a written buffer must not alias any other argument") -> None:
     """ValueError when a written tensor's bytes overlap another argument's (aliasing would race).
     pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent); tensors (where
     given) let two strided views whose spans cross, but whose elements interleave, pass."""
@@ -133,13 +134,18 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
             continue
         for i, (a, b) in enumerate(spans):
             if i != w and a < hi and lo < b and (not tensors or _strided_overlap(tensors[w], tensors[i])):
-                raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; a written buffer must not alias "
-                                 "any other argument")
+                raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; {why}")
 
 
-def _check_apart(names: tuple, tensors: tuple, written: tuple) -> None:
+def _check_apart(names: tuple, tensors: tuple, written: tuple,
+                 why: str = "a written buffer must not alias any other argument") -> None:
     """_check_disjoint for a call's tensors themselves (the checked path)."""
-    _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors)
+    _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors, why)
+
+
+def _repeats(pointers: list, start: int, count: int) -> bool:
+    """Whether two of pointers[start:start + count] are one address (a tensor passed twice)."""
+    return len(set(pointers[start:start + count])) < count
 
 
 try:      # torch's C++ check of tensors' dtype, device, shape, strides and autograd state (torch.compile's guards)

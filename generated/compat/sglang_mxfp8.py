@@ -82,7 +82,7 @@ def update_mxfp8_v_cache_seqblocked(v, loc, v_cache, sfv):
     try:
         return mxfp8_v_seqblocked.append(v=v, loc=loc, cache=mxfp8_v_seqblocked.Cache(v_cache=v_cache, v_sf=sfv), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _renamed(error, {'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv', 'page_size': 'v_cache.shape[1]'}) from None
+        raise _read_page_size(_renamed(error, {'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv', 'page_size': 'v_cache.shape[1]'}), 'v_cache', 'v_cache.shape[1]') from None
 
 
 def _described(value) -> str:
@@ -112,4 +112,29 @@ def _renamed(error: ValueError, names: dict) -> ValueError:
         if compound and not whole:
             head = re.sub(pattern, outer, head)
     return ValueError(f"{names[head] if whole else head}{sep}{rest}")
+
+
+def _read_page_size(error: ValueError, tensor: str, source: str) -> ValueError:
+    """A renamed error where the page size was read off `tensor` (source: the expression, e.g.
+    "kv_cache.shape[1]"), not passed: no page size is the caller's to change, so a tensor allocated
+    for another page size is named against the one read, and the fix is tensors of one cache, or
+    `tensor` shaped with its page size where it is read."""
+    return ValueError(_page_size_read_text(str(error), tensor, source))
+
+
+def _page_size_read_text(text: str, tensor: str, source: str) -> str:
+    said = re.escape(source)
+    allocated = re.fullmatch(rf"{said}: (\S+) was allocated for {said}=(\d+) \((.*)\), but {said}=(\d+) was passed; "
+                             rf"pass the {said} it was allocated with", text)
+    shaped = f"pass {tensor} shaped as the seed takes it, its page size at {source}"
+    if allocated is None:       # the tensor read is named: its shape is the fix; else the cache's tensors
+        fix = shaped if text.startswith(f"{tensor}: ") else f"pass the tensors of one cache, {shaped[len('pass '):]}"
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+                      fix, text)
+    other, size, detail, read = allocated.groups()
+    if other == tensor:
+        return (f"{tensor}: {source}={read} is read as the page size, but {tensor} holds pages of {size} slot(s) "
+                f"({detail}); {shaped}")
+    return (f"{other}: was allocated for page size {size} ({detail}), but {source}={read}; pass {other} and {tensor} "
+            "of one cache")
 

@@ -37,7 +37,7 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
     try:
         return ds32_indexer.quantize_store(k=k, loc=slot_mapping, cache=ds32_indexer.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}) from None
+        raise _read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]') from None
 
 
 def _described(value) -> str:
@@ -67,4 +67,29 @@ def _renamed(error: ValueError, names: dict) -> ValueError:
         if compound and not whole:
             head = re.sub(pattern, outer, head)
     return ValueError(f"{names[head] if whole else head}{sep}{rest}")
+
+
+def _read_page_size(error: ValueError, tensor: str, source: str) -> ValueError:
+    """A renamed error where the page size was read off `tensor` (source: the expression, e.g.
+    "kv_cache.shape[1]"), not passed: no page size is the caller's to change, so a tensor allocated
+    for another page size is named against the one read, and the fix is tensors of one cache, or
+    `tensor` shaped with its page size where it is read."""
+    return ValueError(_page_size_read_text(str(error), tensor, source))
+
+
+def _page_size_read_text(text: str, tensor: str, source: str) -> str:
+    said = re.escape(source)
+    allocated = re.fullmatch(rf"{said}: (\S+) was allocated for {said}=(\d+) \((.*)\), but {said}=(\d+) was passed; "
+                             rf"pass the {said} it was allocated with", text)
+    shaped = f"pass {tensor} shaped as the seed takes it, its page size at {source}"
+    if allocated is None:       # the tensor read is named: its shape is the fix; else the cache's tensors
+        fix = shaped if text.startswith(f"{tensor}: ") else f"pass the tensors of one cache, {shaped[len('pass '):]}"
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+                      fix, text)
+    other, size, detail, read = allocated.groups()
+    if other == tensor:
+        return (f"{tensor}: {source}={read} is read as the page size, but {tensor} holds pages of {size} slot(s) "
+                f"({detail}); {shaped}")
+    return (f"{other}: was allocated for page size {size} ({detail}), but {source}={read}; pass {other} and {tensor} "
+            "of one cache")
 
