@@ -78,7 +78,7 @@ RUNTIME_OPTIONAL = {
                "_check_given_scales": ("store_checks", "given_checks"),
                "_given_steps": "given_checks", "_check_head_offsets": ("store_checks", "gather_dequant"),
                "_dense_geometry": ("quantize", "dequantize")},
-    "host": {"_check_distinct_elements": "out_checks", "_repeats": "gather_dequant"},
+    "host": {"_check_distinct_elements": "out_checks"},
     "segments": {"_group_codes": ("_quantize_segment", "_quantize_packed_segment"),
                  "_group_lanes": ("_quantize_segment", "_dequantize_segment"),
                  "_in_group": ("_quantize_segment", "_dequantize_segment"),

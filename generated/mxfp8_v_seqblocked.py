@@ -261,14 +261,18 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         raise ValueError(swapped) from err
 
 
+# Why two cache fields may not share bytes (the writers' and readers' refusal, checked path and replays).
+_FIELDS_APART = "each cache field needs a buffer of its own"
+
+
 def _check_fields_apart(cache) -> None:
     """Each cache field is a buffer of its own: where two share bytes (one tensor passed for both),
     one field's bytes would be read or written as the other's. Tensors the later checks refuse
-    (not dense, no data, on another device) are left to them."""
+    (not dense or contiguous, no data, on another device) are left to them."""
     if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not (t.is_nested or t.is_meta)
-               for t in cache) or len({t.device for t in cache}) > 1:
+               and t.is_contiguous() for t in cache) or len({t.device for t in cache}) > 1:
         return
-    _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), "each cache field needs a buffer of its own")
+    _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), _FIELDS_APART)
 
 
 def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:
@@ -700,11 +704,6 @@ def _check_apart(names: tuple, tensors: tuple, written: tuple,
     _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors, why)
 
 
-def _repeats(pointers: list, start: int, count: int) -> bool:
-    """Whether two of pointers[start:start + count] are one address (a tensor passed twice)."""
-    return len(set(pointers[start:start + count])) < count
-
-
 try:      # torch's C++ check of tensors' dtype, device, shape, strides and autograd state (torch.compile's guards)
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 except ImportError:       # a torch without it: replays find their plan by the call's signature alone
@@ -786,8 +785,8 @@ class _Plan:
     arguments, slots, count of the launcher's leading arguments) each, the slots naming which
     argument positions take which of the call's tensors' addresses."""
 
-    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint", "device", "guard", "scalars",
-                 "scalar_types", "arity")
+    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint", "fields_apart", "device", "guard",
+                 "scalars", "scalar_types", "arity")
     # Triton's launch hooks (profilers add theirs); with none added a launch passes None for them.
     hooks = triton.knobs.runtime
 
@@ -797,6 +796,7 @@ class _Plan:
         self.recordable = True
         self.outputs = ()             # (shape, strides, dtype, device) of each output the op allocates itself
         self.disjoint = None          # the last pointers found free of aliasing (the verdict is theirs alone)
+        self.fields_apart = None      # the last cache-field pointers found apart
         self.guard = None             # set by _remember, with the signature's scalars and device
         self.scalars = self.scalar_types = self.device = self.arity = None
 
@@ -806,6 +806,17 @@ class _Plan:
         if pointers != self.disjoint:
             _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
+
+    def check_fields_apart(self, pointers: list, start: int) -> None:
+        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES) share no byte, as the checked
+        path requires (_check_fields_apart); skipped for the fields' pointers last found apart. The
+        signature keeps every field's shape and strides, so one tensor passed for two fields, or
+        overlapping views at other addresses, would replay unchecked."""
+        fields = pointers[start:start + len(_CACHE_NAMES)]
+        if fields != self.fields_apart:
+            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:start + len(fields)], (),
+                            _FIELDS_APART)
+            self.fields_apart = fields
 
     def own(self, outs: tuple) -> None:
         """Keep the outputs the recorded call allocated itself, to allocate alike on replays."""
@@ -2118,6 +2129,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
     tensors = (loc, v, *cache) if isinstance(cache, tuple) else None
     plan, key, pointers = _find(_PLANS["append"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache), PTX_RESCALE))
     if plan is not None:      # this call signature passed every check before: replay its launches
+        plan.check_fields_apart(pointers, _STORE_WRITTEN[0])
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(pointers, tensors)
         return
@@ -2258,9 +2270,8 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
              tuple(out) if isinstance(out, (tuple, list)) and len(out) == len(PLANES) else None)   # None: the checked path names it
     tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
     plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
-    if plan is not None and _repeats(pointers, 1, len(Cache._fields)):
-        plan = None           # one tensor passed for two cache fields: the checked path names them
     if plan is not None:      # this call signature passed every check before: replay its launch
+        plan.check_fields_apart(pointers, 1)
         if given:
             plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
             outs = given

@@ -182,21 +182,29 @@ def test_one_tensor_passed_for_two_cache_fields_is_named(name):
             raises(told, writer, *rows, ids, shared, page, **scales)
 
 
-def test_a_gather_plan_is_not_replayed_for_a_tensor_passed_twice(monkeypatch):
-    """A gather's plan is found by the call's signature, which one tensor passed for two cache fields
-    of one shape keeps: the replay sees the repeated address and takes the checked path, which
-    names the fields (a stand-in plan here, which fails if replayed; plans exist on GPUs only)."""
+def test_a_plan_is_not_replayed_on_cache_fields_that_share_bytes(monkeypatch):
+    """A plan is found by the call's signature, which one tensor passed for two cache fields of one
+    shape keeps, and so do overlapping views at other addresses: a replay checks the fields' spans
+    (once per set of field pointers) and names the fields as the checked path does (a stand-in plan
+    here, which fails if run; plans exist on GPUs only)."""
     m, cache, x, loc = kv_setup()
 
-    class Replayed:
+    class Replayed(m._Plan):
         def run(self, *args):
             raise AssertionError("a plan was replayed")
-        allocate = check_disjoint = run
-    monkeypatch.setattr(m, "_find", lambda plans, tensors, scalars: (Replayed(), None, [t.data_ptr() for t in tensors]))
-    raises(r"^cache\.k_cache: overlaps cache\.v_cache in memory", m.gather_dequant, cache._replace(v_cache=cache.k_cache),
-           loc, 32)
-    with pytest.raises(AssertionError, match="a plan was replayed"):     # the stand-in is replayed otherwise
-        m.gather_dequant(cache, loc, 32)
+
+    def find(plans, tensors, scalars):
+        return Replayed(tuple(m._extent(t) for t in tensors)), None, [t.data_ptr() for t in tensors]
+
+    monkeypatch.setattr(m, "_find", find)
+    pages = torch.zeros((5, *cache.k_cache.shape[1:]), dtype=cache.k_cache.dtype, device=DEVICE)
+    told = r"^cache\.k_cache: overlaps cache\.v_cache in memory; each cache field needs a buffer of its own$"
+    for shared in (cache._replace(v_cache=cache.k_cache), cache._replace(k_cache=pages[:4], v_cache=pages[1:])):
+        raises(told, m.gather_dequant, shared, loc, 32)
+        raises(told, m.quantize_store, x, x, loc, shared, 32)
+    for call in (lambda: m.gather_dequant(cache, loc, 32), lambda: m.quantize_store(x, x, loc, cache, 32)):
+        with pytest.raises(AssertionError, match="a plan was replayed"):     # a cache of its own is replayed
+            call()
 
 
 @pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if module(n).HEADS is not None])
@@ -264,12 +272,21 @@ def test_compat_page_size_read_off_a_tensor_is_told_so():
     kv_cache = indexer.alloc_cache(4, 64, device=DEVICE).k_cache       # (4, 64 * 132): the layout's own shape
     k = torch.ones(3, 128, dtype=torch.bfloat16, device=DEVICE)
     raises(r"^kv_cache: kv_cache\.shape\[1\]=8448 is read as the page size, but kv_cache holds pages of 64 slot\(s\) "
-           r"\(shape \(4, 8448\): 4 pages of 8448 bytes\); pass kv_cache shaped as the seed takes it, its page size at "
-           r"kv_cache\.shape\[1\]$", vllm_ds32.indexer_k_quant_and_cache, k, kv_cache, loc, 128, None)
+           r"\(shape \(4, 8448\): 4 pages of 8448 bytes\); pass kv_cache as \(num_pages, page size, \.\.\.\): its page size is "
+           r"read at kv_cache\.shape\[1\]$", vllm_ds32.indexer_k_quant_and_cache, k, kv_cache, loc, 128, None)
     raises(r"^kv_cache: shape \(4, 32, 264\) is not \(num_pages, \.\.\.\) of 4224-byte pages for kv_cache\.shape\[1\]=32; "
-           r"pass kv_cache shaped as the seed takes it, its page size at kv_cache\.shape\[1\]$",
+           r"pass kv_cache as \(num_pages, page size, \.\.\.\): its page size is read at "
+           r"kv_cache\.shape\[1\]$",
            vllm_ds32.indexer_k_quant_and_cache, k, kv_cache.view(4, 32, 264), loc, 128, None)
     vllm_ds32.indexer_k_quant_and_cache(k, kv_cache.view(4, 64, 132), loc, 128, None)     # the seed's shape
+    # another tensor than the one read, shaped otherwise: it is named, with the page size it must hold
+    from generated.compat import vllm_flash
+    flash = module("vllm_fp8").alloc_cache(4, 16, heads=2, values=16, device=DEVICE)
+    rows, scale = torch.ones(3, 2, 16, device=DEVICE), torch.ones(1, device=DEVICE)
+    raises(r"^value_cache: shape \(64, 2, 16\) is not \(num_pages, \.\.\.\) of 512-byte pages for key_cache\.shape\[1\]=16; "
+           r"pass value_cache with key_cache\.shape\[1\] slots per page, of the cache key_cache belongs to$",
+           vllm_flash.reshape_and_cache_flash, rows, rows, flash.k_cache, flash.v_cache.view(64, 2, 16), loc, "fp8",
+           scale, scale)
 
 
 def test_sources_must_match_the_cache_heads_and_values():

@@ -179,14 +179,18 @@ def _check_cache(cache, page_size: int, heads: int, values: int, device, dims_fr
         raise ValueError(swapped) from err
 
 
+# Why two cache fields may not share bytes (the writers' and readers' refusal, checked path and replays).
+_FIELDS_APART = "each cache field needs a buffer of its own"
+
+
 def _check_fields_apart(cache) -> None:
     """Each cache field is a buffer of its own: where two share bytes (one tensor passed for both),
     one field's bytes would be read or written as the other's. Tensors the later checks refuse
-    (not dense, no data, on another device) are left to them."""
+    (not dense or contiguous, no data, on another device) are left to them."""
     if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not (t.is_nested or t.is_meta)
-               for t in cache) or len({t.device for t in cache}) > 1:
+               and t.is_contiguous() for t in cache) or len({t.device for t in cache}) > 1:
         return
-    _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), "each cache field needs a buffer of its own")
+    _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), _FIELDS_APART)
 
 
 def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:

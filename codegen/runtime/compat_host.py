@@ -53,9 +53,10 @@ def _page_size_read_text(text: str, tensor: str, source: str) -> str:
     said = re.escape(source)
     allocated = re.fullmatch(rf"{said}: (\S+) was allocated for {said}=(\d+) \((.*)\), but {said}=(\d+) was passed; "
                              rf"pass the {said} it was allocated with", text)
-    shaped = f"pass {tensor} shaped as the seed takes it, its page size at {source}"
-    if allocated is None:       # the tensor read is named: its shape is the fix; else the cache's tensors
-        fix = shaped if text.startswith(f"{tensor}: ") else f"pass the tensors of one cache, {shaped[len('pass '):]}"
+    shaped = f"pass {tensor} as (num_pages, page size, ...): its page size is read at {source}"
+    if allocated is None:       # the tensor read is named: its shape is the fix; else the named tensor's
+        named = text.partition(": ")[0]
+        fix = shaped if named == tensor else f"pass {named} with {source} slots per page, of the cache {tensor} belongs to"
         return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
                       fix, text)
     other, size, detail, read = allocated.groups()

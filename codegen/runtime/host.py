@@ -28,6 +28,10 @@ import operator
 import torch
 import triton
 
+# Names each generated module defines before this code (stand-ins; see the module for their meaning).
+_CACHE_NAMES: tuple = ()
+_FIELDS_APART = "stand-in"
+
 # --- COPY: everything below is copied into each generated module ------------------------------
 
 
@@ -143,11 +147,6 @@ def _check_apart(names: tuple, tensors: tuple, written: tuple,
     _check_disjoint(names, [t.data_ptr() for t in tensors], written, tuple(_extent(t) for t in tensors), tensors, why)
 
 
-def _repeats(pointers: list, start: int, count: int) -> bool:
-    """Whether two of pointers[start:start + count] are one address (a tensor passed twice)."""
-    return len(set(pointers[start:start + count])) < count
-
-
 try:      # torch's C++ check of tensors' dtype, device, shape, strides and autograd state (torch.compile's guards)
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 except ImportError:       # a torch without it: replays find their plan by the call's signature alone
@@ -229,8 +228,8 @@ class _Plan:
     arguments, slots, count of the launcher's leading arguments) each, the slots naming which
     argument positions take which of the call's tensors' addresses."""
 
-    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint", "device", "guard", "scalars",
-                 "scalar_types", "arity")
+    __slots__ = ("launches", "extents", "recordable", "outputs", "disjoint", "fields_apart", "device", "guard",
+                 "scalars", "scalar_types", "arity")
     # Triton's launch hooks (profilers add theirs); with none added a launch passes None for them.
     hooks = triton.knobs.runtime
 
@@ -240,6 +239,7 @@ class _Plan:
         self.recordable = True
         self.outputs = ()             # (shape, strides, dtype, device) of each output the op allocates itself
         self.disjoint = None          # the last pointers found free of aliasing (the verdict is theirs alone)
+        self.fields_apart = None      # the last cache-field pointers found apart
         self.guard = None             # set by _remember, with the signature's scalars and device
         self.scalars = self.scalar_types = self.device = self.arity = None
 
@@ -249,6 +249,17 @@ class _Plan:
         if pointers != self.disjoint:
             _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
+
+    def check_fields_apart(self, pointers: list, start: int) -> None:
+        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES) share no byte, as the checked
+        path requires (_check_fields_apart); skipped for the fields' pointers last found apart. The
+        signature keeps every field's shape and strides, so one tensor passed for two fields, or
+        overlapping views at other addresses, would replay unchecked."""
+        fields = pointers[start:start + len(_CACHE_NAMES)]
+        if fields != self.fields_apart:
+            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:start + len(fields)], (),
+                            _FIELDS_APART)
+            self.fields_apart = fields
 
     def own(self, outs: tuple) -> None:
         """Keep the outputs the recorded call allocated itself, to allocate alike on replays."""
