@@ -125,6 +125,7 @@ RUNTIME_OPTIONAL = {
     "reset": {},
     "append": {},
     "append_host": {},
+    "torch_ops": {},
     "compat_host": {"_read_page_size": "read_page_size", "_page_size_read_text": "read_page_size"},
 }
 

@@ -23,6 +23,7 @@ API (the same shape in every kvlayout module; see README.md):
   gather_dequant(cache, token_ids, page_size, out) and gather_dequant_ref (pure torch, same bytes)
   quantize_store(k, loc, cache, page_size) and quantize_store_ref (pure torch, same bytes)
   reset_pages(cache, page_ids, page_size) and reset_pages_ref: zero pages an allocator hands out again
+  register_torch_ops(namespace=None): the ops as torch.ops.<namespace>.<op> custom operators (torch.compile)
 """
 from __future__ import annotations
 
@@ -1579,7 +1580,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
     geo, num_pages = _check_cache(cache, page_size, heads, values, device)
     n_tokens = token_ids.shape[0]
     if out is None:
-        out = torch.empty((n_tokens, heads, values), dtype=torch.bfloat16, device=device)
+        out, = _gather_outputs(cache, token_ids)
     outs = (out,)
     views = []
     for name, o in zip(_OUT_NAMES, outs):
@@ -1600,6 +1601,19 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
     tensors = (token_ids, *cache, *scales, *outs)
     _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
     return tuple(views), geo, num_pages
+
+
+def _gather_outputs(cache, token_ids) -> tuple:
+    """gather_dequant's destinations where no out is passed: one bf16 (T, heads, values) tensor per plane."""
+    heads, values = _cache_dims(cache)
+    return tuple(torch.empty((token_ids.shape[0], heads, values), dtype=torch.bfloat16, device=token_ids.device)
+                 for _ in PLANES)
+
+
+def _gather_dequant_fake(cache, token_ids, *args):
+    """gather_dequant's outputs (no out passed), of the compiler's fake tensors (see register_torch_ops)."""
+    outs = _gather_outputs(cache, token_ids)
+    return outs[0] if len(PLANES) == 1 else outs
 
 
 @triton.jit
@@ -1724,6 +1738,133 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     ids = ids[(ids >= 0) & (ids < num_pages)]
     for t in cache:
         t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+
+# --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
+# The fake (shape-only) outputs of the ops that return tensors, from their Python arguments.
+_TORCH_FAKES = {
+    "gather_dequant": _gather_dequant_fake,
+}
+
+
+# The namespaces this module registered (namespace -> torch.ops.<namespace>).
+_TORCH_NAMESPACES: dict = {}
+
+
+# The ops that write their cache tensors in place.
+_CACHE_WRITERS = ("quantize_store", "append", "reset_pages")
+
+
+def register_torch_ops(namespace: str | None = None):
+    """Register this layout's ops as PyTorch custom operators, torch.ops.<namespace>.<op>, so that
+    torch.compile (fullgraph=True too) keeps each call as one node instead of tracing its Python.
+
+    namespace: the operators' namespace, kvlayout_<layout> by default; another module that vendors the
+    same layout (or another build of it) needs a namespace of its own.
+    Each operator takes the op's arguments with the Cache as its tensors, in Cache field order, e.g.
+    for a cache of fields (k_cache, k_sf, v_cache, v_sf):
+        quantize_store(k, v, loc, k_cache, k_sf, v_cache, v_sf, page_size, *, pdl=None) -> None
+    gather_dequant returns its outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one
+    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>; registering the same namespace again returns it as well.
+    """
+    namespace = f"kvlayout_{LAYOUT}" if namespace is None else namespace
+    if not isinstance(namespace, str) or not namespace.isidentifier() or namespace.startswith("_"):
+        raise ValueError(f"namespace: expected an identifier that does not start with '_', got {namespace!r}")
+    if namespace in _TORCH_NAMESPACES:
+        return _TORCH_NAMESPACES[namespace]
+    ops = [op for op in (*OPS, "reset_pages") if op != "gather_dequant"]
+    ops += ["gather_dequant", "gather_dequant_out"] if "gather_dequant" in OPS else []
+    taken = [op for op in ops if hasattr(getattr(torch.ops, namespace), op)]
+    if taken:
+        raise ValueError(f"namespace: torch.ops.{namespace}.{taken[0]} is already registered (by another copy "
+                         "of a kvlayout module?); pass a namespace of its own")
+    for op in ops:
+        _register_torch_op(namespace, op)
+    _TORCH_NAMESPACES[namespace] = getattr(torch.ops, namespace)
+    return _TORCH_NAMESPACES[namespace]
+
+
+def _torch_op_params(op: str) -> tuple:
+    """(schema arguments, names the operator mutates, the Python op's parameters) of one operator."""
+    python_op = op[:-len("_out")] if op == "gather_dequant_out" else op
+    params = list(inspect.signature(globals()[python_op]).parameters)
+    written = op in _CACHE_WRITERS
+    args, mutated, letter = [], [], 0
+    for name in params:
+        if name == "cache":
+            for field in Cache._fields:
+                args.append(f"Tensor(a{letter}!) {field}" if written else f"Tensor {field}")
+                mutated += [field] if written else []
+                letter += written
+        elif name == "out":
+            if op == "gather_dequant_out":
+                for out in _torch_out_names():
+                    args.append(f"Tensor(a{letter}!) {out}")
+                    mutated.append(out)
+                    letter += 1
+        elif name == "pdl":
+            args.append("*, bool? pdl=None")
+        elif name == "page_size":
+            args.append("int page_size")
+        elif name == "out_dtype":
+            args.append("ScalarType? out_dtype=None")      # None: the op's default, bf16
+        else:
+            args.append(f"Tensor {name}")
+    return tuple(args), tuple(mutated), tuple(params)
+
+
+def _torch_out_names() -> tuple:
+    """gather_dequant_out's destination arguments: out, or out_<plane> for each plane."""
+    return ("out",) if len(PLANES) == 1 else tuple(f"out_{plane}" for plane in PLANES)
+
+
+def _torch_op_returns(op: str) -> str:
+    if op == "gather_dequant":
+        return "Tensor" if len(PLANES) == 1 else "(" + ", ".join("Tensor" for _ in PLANES) + ")"
+    return {"quantize": "(Tensor, Tensor)", "dequantize": "Tensor"}.get(op, "()")
+
+
+def _register_torch_op(namespace: str, op: str) -> None:
+    args, mutated, params = _torch_op_params(op)
+    schema = f"({', '.join(args)}) -> {_torch_op_returns(op)}"
+    python_op = op[:-len("_out")] if op == "gather_dequant_out" else op
+    run, fake = globals()[python_op], _TORCH_FAKES.get(op)
+
+    def call(*args, pdl=None):
+        """The Python op on the operator's arguments (its writers and gather_dequant_out return nothing)."""
+        result = run(*_torch_python_args(op, params, args), pdl=pdl)
+        return result if op in _TORCH_FAKES else None
+
+    def shapes(*args, pdl=None):
+        """The operator's outputs as fake tensors: shapes, dtypes and devices (the compiler's fake
+        tensors hold no data, so no check that reads memory runs here)."""
+        return fake(*_torch_python_args(op, params, args)) if fake is not None else None
+
+    custom = torch.library.custom_op(f"{namespace}::{op}", call, mutates_args=mutated, schema=schema)
+    custom.register_fake(shapes)
+
+
+def _torch_python_args(op: str, params: tuple, args: tuple) -> list:
+    """The Python op's positional arguments from an operator's: the cache's tensors become a RawCache
+    again (page-major tensors keep every check), gather_dequant_out's destinations its out."""
+    fields, outs = len(Cache._fields), _torch_out_names()
+    given, rest = [], list(args)
+    for name in params:
+        if name == "cache":
+            given.append(RawCache(*rest[:fields]))
+            del rest[:fields]
+        elif name == "out":
+            if op == "gather_dequant_out":
+                given.append(rest[0] if len(outs) == 1 else tuple(rest[:len(outs)]))
+                del rest[:len(outs)]
+            else:
+                given.append(None)
+        elif name == "out_dtype":
+            value = rest.pop(0) if rest else None
+            given.append(torch.bfloat16 if value is None else value)
+        elif name != "pdl":
+            given.append(rest.pop(0))
+    return given
+
 
 # --- pure-torch references: the same bytes as the kernels, on any device -------------------------
 _F32_NAN_BITS = {16: 0x7FFF, 32: 0x7FFFFFFF}   # NaN the GPU writes when it converts to bf16/fp16, or computes in fp32
