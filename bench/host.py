@@ -42,6 +42,7 @@ WARMUP = 50
 DECODE_IDS = 2048           # a DSv4 decode gather: the seed's decode-size benchmark
 DENSE_ROWS = 2048           # to_mxfp8 / from_mxfp8 rows of 512
 STORE_TOKENS = 256          # a decode step's K/V rows
+OPERATOR = "torch.ops "      # the row prefix of an op called as its custom operator (register_torch_ops)
 
 
 def host_us(fn) -> float:
@@ -164,6 +165,12 @@ def cases(package: str, seeds: Path | None, specs: Path = ROOT / "specs", partia
     out.append(("mxfp8_kv.quantize", f"{DENSE_ROWS}x512", lambda: kv.quantize(x512), None))
     mxd, mxs = kv.quantize(x512)
     out.append(("mxfp8_kv.dequantize", f"{DENSE_ROWS}x512", lambda: kv.dequantize(mxd, mxs), None))
+    if hasattr(kv, "register_torch_ops"):     # the same two calls as custom operators (an earlier build has none)
+        ops = kv.register_torch_ops("kvlayout_bench_" + package.replace(".", "_") + "_mxfp8_kv")
+        out.append((f"{OPERATOR}mxfp8_kv.quantize_store", f"{STORE_TOKENS} tok",
+                    lambda: ops.quantize_store(kk, vv, kv_loc, *kvc, page), None))
+        out.append((f"{OPERATOR}mxfp8_kv.gather_dequant", f"{STORE_TOKENS} ids",
+                    lambda: ops.gather_dequant(*kvc, kv_ids, page), None))
     out.append(("compat to_mxfp8", f"{DENSE_ROWS}x512", lambda: compat_mx.to_mxfp8(x512),
                 (lambda: seed_mx.to_mxfp8(x512)) if seeds else None))
     mx = compat_mx.to_mxfp8(x512)
@@ -244,7 +251,7 @@ def breakdown(package: str, specs: Path) -> list:
     rows_out = []
     for name, size, fn, _ in cases(package, None, specs):
         layout, _, op = name.partition(".")
-        if name.startswith("compat "):
+        if name.startswith(("compat ", OPERATOR)):
             continue
         m = importlib.import_module(f"{package}.{layout}")
         fn()

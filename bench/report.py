@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .host import CALLS, ROUNDS
+from .host import CALLS, OPERATOR, ROUNDS
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"
@@ -95,8 +95,24 @@ def _add(host: dict, row: dict) -> float:
 
 
 def _op_ratios(host: dict) -> dict:
-    """{generated op: its host time over its row's torch.add} (the compat rows left out)."""
-    return {r["op"]: r["host_us"] / _add(host, r) for r in host["results"] if not r["op"].startswith("compat ")}
+    """{generated op: its host time over its row's torch.add} (the compat and operator rows left out)."""
+    return {r["op"]: r["host_us"] / _add(host, r) for r in host["results"]
+            if not r["op"].startswith(("compat ", OPERATOR))}
+
+
+def _operator_line(host: dict) -> list:
+    """The ops called eagerly as custom operators (register_torch_ops) beside the same calls made directly."""
+    direct = {r["op"]: r for r in host["results"]}
+    pairs = [(r, direct[r["op"].removeprefix(OPERATOR)]) for r in host["results"]
+             if r["op"].startswith(OPERATOR) and r["op"].removeprefix(OPERATOR) in direct]
+    if not pairs:
+        return []
+    return ["", "Called eagerly as custom operators (`register_torch_ops`, for torch.compile'd graphs), the same "
+            "calls cost more: " + "; ".join(f"{ours['op']} ({ours['size']}) {op['host_us']:.1f} us, "
+                                            f"{op['host_us'] / _add(host, op):.2f}x torch.add, against "
+                                            f"{ours['host_us']:.1f} us called directly" for op, ours in pairs) +
+            " (torch.library's Python dispatch of a custom operator). Outside a compiled graph, call the module's "
+            "functions."]
 
 
 def _over_two(ratios: dict) -> list:
@@ -224,6 +240,7 @@ def render() -> str:
     host = load("host-h200.json")
     out += ["", "## Host time per eager call (`kvlayout bench --host`)", ""]
     out += compat_table(host)
+    out += _operator_line(host)
     out += [""] + breakdown_table(host)
     out += ["", "## Targets missed, and what bounds them", ""]
     out += [f"- {line}" for line in MISSES + host_misses(host)]

@@ -44,3 +44,14 @@ def test_report_shows_the_earlier_build_beside_this_one_where_the_run_timed_it()
     assert "Before: the build abc, timed in turns with this build." in lines[0]
     assert lines[-1].endswith("The 1 generated ops the build before has: 24.0-24.0 us, median 4.00x torch.add, "
                               "before; 18.0-18.0 us, median 3.00x, now.")
+
+
+def test_report_sets_the_operator_rows_beside_the_direct_calls_and_out_of_the_target():
+    direct = {"op": "l.gather_dequant", "size": "2", "host_us": 10.0, "add_us": 5.0, "seed_host_us": None}
+    operator = {"op": H.OPERATOR + "l.gather_dequant", "size": "2", "host_us": 40.0, "add_us": 5.0, "seed_host_us": None}
+    host = {"environment": {"device": "d", "torch": "t", "triton": "tr", "date": "x"}, "torch_add_us": 4.0,
+            "results": [direct, operator]}
+    assert report._op_ratios(host) == {"l.gather_dequant": 2.0}
+    line = report._operator_line(host)[-1]
+    assert "more: l.gather_dequant (2) 40.0 us, 8.00x torch.add, against 10.0 us called directly" in line
+    assert report._operator_line({**host, "results": [direct]}) == []
