@@ -108,9 +108,9 @@ def _operator_line(host: dict) -> list:
     if not pairs:
         return []
     return ["", "Called eagerly as custom operators (`register_torch_ops`, for torch.compile'd graphs), the same "
-            "calls cost more: " + "; ".join(f"{ours['op']} ({ours['size']}) {op['host_us']:.1f} us, "
-                                            f"{op['host_us'] / _add(host, op):.2f}x torch.add, against "
-                                            f"{ours['host_us']:.1f} us called directly" for op, ours in pairs) +
+            "calls cost more: " + "; ".join(f"{call['op']} ({call['size']}) {operator['host_us']:.1f} us, "
+                                            f"{operator['host_us'] / _add(host, operator):.2f}x torch.add, against "
+                                            f"{call['host_us']:.1f} us called directly" for operator, call in pairs) +
             " (torch.library's Python dispatch of a custom operator). Outside a compiled graph, call the module's "
             "functions."]
 

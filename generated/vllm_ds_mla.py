@@ -1837,8 +1837,9 @@ def register_torch_ops(namespace: str | None = None):
     if taken:
         raise ValueError(f"namespace: torch.ops.{namespace}.{taken[0]} is already registered (by another copy "
                          "of a kvlayout module?); pass a namespace of its own")
-    for op in ops:
-        _register_torch_op(namespace, op)
+    schemas = {op: _torch_op_params(op) for op in ops}     # all of them first: a refusal registers nothing
+    for op, (args, mutated, params) in schemas.items():
+        _register_torch_op(namespace, op, args, mutated, params)
     _TORCH_NAMESPACES[namespace] = getattr(torch.ops, namespace)
     return _TORCH_NAMESPACES[namespace]
 
@@ -1846,7 +1847,8 @@ def register_torch_ops(namespace: str | None = None):
 def _torch_op_params(op: str) -> tuple:
     """(schema arguments, names the operator mutates, the Python op's parameters) of one operator."""
     python_op = op[:-len("_out")] if op == "gather_dequant_out" else op
-    params = list(inspect.signature(globals()[python_op]).parameters)
+    signature = inspect.signature(globals()[python_op]).parameters
+    params = list(signature)
     written = op in _CACHE_WRITERS
     args, mutated, letter = [], [], 0
     for name in params:
@@ -1867,7 +1869,10 @@ def _torch_op_params(op: str) -> tuple:
             args.append("int page_size")
         elif name == "out_dtype":
             args.append("ScalarType? out_dtype=None")      # None: the op's default, bf16
-        else:
+        else:     # sources, loc, token or page ids, call-time scales: required positional tensors
+            param = signature[name]
+            if param.kind is not param.POSITIONAL_OR_KEYWORD or param.default is not param.empty:
+                raise TypeError(f"{python_op}: parameter {name!r} has no operator schema (a kvlayout bug)")
             args.append(f"Tensor {name}")
     return tuple(args), tuple(mutated), tuple(params)
 
@@ -1883,8 +1888,7 @@ def _torch_op_returns(op: str) -> str:
     return {"quantize": "(Tensor, Tensor)", "dequantize": "Tensor"}.get(op, "()")
 
 
-def _register_torch_op(namespace: str, op: str) -> None:
-    args, mutated, params = _torch_op_params(op)
+def _register_torch_op(namespace: str, op: str, args: tuple, mutated: tuple, params: tuple) -> None:
     schema = f"({', '.join(args)}) -> {_torch_op_returns(op)}"
     python_op = op[:-len("_out")] if op == "gather_dequant_out" else op
     run, fake = globals()[python_op], _TORCH_FAKES.get(op)

@@ -2,6 +2,7 @@
 op's bytes (poisoned outputs, random caches, adversarial rows), passes torch.library.opcheck's fake
 tensor and AOT-dispatch tests, and a torch.compile(fullgraph=True) graph of a write and a read gives
 eager's bytes, calling the operators in place on the graph's own cache tensors."""
+import contextlib
 import inspect
 
 import pytest
@@ -12,10 +13,11 @@ from tests.corpus import adversarial_rows, generator, scaled_normal
 from tests.harness import (LAYOUTS, assert_same_bytes, assert_same_cache, clone, dims, fresh_cache, given, module,
                            pairs, plane_rows, sources, unique_slots)
 
-# opcheck's tests that apply to operators run on real data: fake tensors and AOT dispatch (with
-# dynamic shapes). Its schema test compares tensors as floats, which fp8 cache bytes are not.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch inductor's own import
-OPCHECK = ("test_faketensor", "test_aot_dispatch_dynamic")
+# opcheck's tests that apply to operators, on real data: the schema's mutations are the ones made (the
+# cache passed as uint8 views, which its schema test can compare), fake tensors, AOT dispatch (with
+# dynamic shapes).
+OPCHECK = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
 def one_per_signature(names) -> list:
@@ -28,6 +30,17 @@ def one_per_signature(names) -> list:
         key = (tuple((op, str(inspect.signature(getattr(m, op)))) for op in m.OPS), m.Cache._fields)
         seen.setdefault(key, name)
     return list(seen.values())
+
+
+def fresh_compile():
+    """torch.compile without its on-disk caches: a graph compiled by an earlier run (with other operator
+    schemas, e.g. other mutations declared) would otherwise be reused, and the test could not fail."""
+    import torch._functorch.config
+    import torch._inductor.config
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
 
 
 def operators(name: str):
@@ -98,6 +111,7 @@ def test_operators_pass_opcheck(name):
     """Fake tensors (the shapes, dtypes and devices the compiler sees) match the real outputs, and
     the mutations the schema declares are the ones made, under AOT dispatch with dynamic shapes."""
     m, cache, loc, heads, values, page, gen = setup(name, 62)
+    cache = m.Cache(*(t.view(torch.uint8) for t in cache))
     ops, scale_args = operators(name), list(given(m).values())
     # opcheck compares outputs as numbers, NaN unequal to NaN: the gathers read rows written from finite
     # values (random cache bytes hold NaN codes)
@@ -115,7 +129,8 @@ def test_operators_pass_opcheck(name):
         calls.append(("gather_dequant_out", (*cache, ids, page, *scale_args, *outs)))
     if "quantize" in m.OPS:
         x = finite[0].reshape(3, -1, values)      # (..., values) rows, 3-D
-        calls += [("quantize", (x,)), ("dequantize", (*m.quantize(x), torch.float32))]
+        data, scale = m.quantize(x)
+        calls += [("quantize", (x,)), ("dequantize", (data.view(torch.uint8), scale, torch.float32))]
     # the writers last, on a copy (they write adversarial rows' NaN codes)
     cache = clone(m, cache)
     if "quantize_store" in m.OPS:
@@ -140,17 +155,25 @@ def test_a_fullgraph_compile_of_a_write_and_a_read_gives_eagers_bytes(name):
     if writer == "append":
         loc = torch.arange(3, 12, device=DEVICE)
 
-    def step(srcs, loc, cache, scales):
+    def step(srcs, loc, cache, scales, outs):
         getattr(ops, writer)(*srcs, loc, *cache, page, *scales)
+        ops.gather_dequant_out(*cache, loc, page, *scales, *outs)      # outs written in place
         return ops.gather_dequant(*cache, loc, page, *scales)
 
+    def poisoned():
+        return [torch.full((loc.shape[0], heads, values), float("nan"), device=DEVICE) for _ in m.PLANES]
+
     torch._dynamo.reset()
-    compiled, eager = clone(m, cache), clone(m, cache)
-    got = torch.compile(step, fullgraph=True, backend="aot_eager")(srcs, loc, compiled, list(scales.values()))
-    want = step(srcs, loc, eager, list(scales.values()))
+    compiled, eager, compiled_outs, eager_outs = clone(m, cache), clone(m, cache), poisoned(), poisoned()
+    with fresh_compile():
+        got = torch.compile(step, fullgraph=True, backend="aot_eager")(srcs, loc, compiled, list(scales.values()),
+                                                                       compiled_outs)
+    want = step(srcs, loc, eager, list(scales.values()), eager_outs)
     assert_same_cache(m, compiled, eager, f"{name}: compiled {writer}")
     for plane, a, b in pairs(m, got, want):
         assert_same_bytes(a, b, f"{name}: compiled gather_dequant ({plane})")
+    for plane, a, b in zip(m.PLANES, compiled_outs, eager_outs, strict=True):
+        assert_same_bytes(a, b, f"{name}: compiled gather_dequant_out ({plane})")
 
 
 def test_inductor_calls_the_writer_in_place_on_the_graphs_cache():
@@ -169,7 +192,8 @@ def test_inductor_calls_the_writer_in_place_on_the_graphs_cache():
 
     torch._dynamo.reset()
     compiled, eager = clone(m, cache), clone(m, cache)
-    got, code = run_and_get_code(torch.compile(step, fullgraph=True), k, v, loc, compiled)
+    with fresh_compile():
+        got, code = run_and_get_code(torch.compile(step, fullgraph=True), k, v, loc, compiled)
     want = step(k, v, loc, eager)
     assert_same_cache(m, compiled, eager, f"{name}: inductor")
     assert_same_bytes(got, want, f"{name}: inductor's output")
@@ -188,6 +212,20 @@ def test_registration_errors_and_reuse():
         with pytest.raises(ValueError, match="^namespace: expected an identifier"):
             m.register_torch_ops(bad)
     assert m.register_torch_ops() is torch.ops.kvlayout_mxfp8_kv
+
+
+def test_a_parameter_without_a_schema_is_refused_before_anything_is_registered(monkeypatch):
+    """An op parameter the schema mapping does not know (an optional or keyword-only one) would be
+    misstated as a required tensor: registration refuses it and registers no operator."""
+    m = module("mxfp8_kv")
+
+    def quantize(x, rounding="rne", *, pdl=None):
+        return m.quantize(x, pdl=pdl)
+
+    monkeypatch.setattr(m, "quantize", quantize)
+    with pytest.raises(TypeError, match=r"^quantize: parameter 'rounding' has no operator schema"):
+        m.register_torch_ops("kvlayout_test_unmapped")
+    assert not hasattr(torch.ops.kvlayout_test_unmapped, "quantize_store")
 
 
 def test_an_operators_bad_argument_is_the_ops_value_error():
