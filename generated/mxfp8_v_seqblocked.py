@@ -2425,7 +2425,8 @@ def register_torch_ops(namespace: str | None = None):
     for a cache of fields (k_cache, k_sf, v_cache, v_sf):
         quantize_store(k, v, loc, k_cache, k_sf, v_cache, v_sf, page_size, *, pdl=None) -> None
     gather_dequant returns its outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one
-    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>; registering the same namespace again returns it as well.
+    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>;
+    registering the same namespace again returns it as well.
     """
     namespace = f"kvlayout_{LAYOUT}" if namespace is None else namespace
     if not isinstance(namespace, str) or not namespace.isidentifier() or namespace.startswith("_"):
@@ -2447,7 +2448,7 @@ def register_torch_ops(namespace: str | None = None):
 
 def _torch_op_params(op: str) -> tuple:
     """(schema arguments, names the operator mutates, the Python op's parameters) of one operator."""
-    python_op = op[:-len("_out")] if op == "gather_dequant_out" else op
+    python_op = _torch_python_op(op)
     signature = inspect.signature(globals()[python_op]).parameters
     params = list(signature)
     written = op in _CACHE_WRITERS
@@ -2478,6 +2479,11 @@ def _torch_op_params(op: str) -> tuple:
     return tuple(args), tuple(mutated), tuple(params)
 
 
+def _torch_python_op(op: str) -> str:
+    """The module's function an operator runs: gather_dequant_out is gather_dequant with its out."""
+    return "gather_dequant" if op == "gather_dequant_out" else op
+
+
 def _torch_out_names() -> tuple:
     """gather_dequant_out's destination arguments: out, or out_<plane> for each plane."""
     return ("out",) if len(PLANES) == 1 else tuple(f"out_{plane}" for plane in PLANES)
@@ -2491,8 +2497,7 @@ def _torch_op_returns(op: str) -> str:
 
 def _register_torch_op(namespace: str, op: str, args: tuple, mutated: tuple, params: tuple) -> None:
     schema = f"({', '.join(args)}) -> {_torch_op_returns(op)}"
-    python_op = op[:-len("_out")] if op == "gather_dequant_out" else op
-    run, fake = globals()[python_op], _TORCH_FAKES.get(op)
+    run, fake = globals()[_torch_python_op(op)], _TORCH_FAKES.get(op)
 
     def call(*args, pdl=None):
         """The Python op on the operator's arguments (its writers and gather_dequant_out return nothing)."""
