@@ -250,25 +250,31 @@ def _helper_loop_kernel(x_ptr, out_ptr):
     offsets = tl.arange(0, 8)
     x = tl.load(x_ptr + offsets)
     for _ in tl.static_range(4):
-        x = _doubled(x)
+        x = _doubled(x) + tl.max(x, axis=0)
     tl.store(out_ptr + offsets, x)
 
 
 @pytest.mark.skipif(ON_GPU, reason="checks the CPU interpreter patch")
 def test_interpreter_patches_the_language_once_per_launch(monkeypatch):
-    """tests/interpreter_patch_once.py: a launch of two programs whose kernel calls a helper four times
-    each patches triton.language once, computes the same, and leaves the language as it was."""
+    """tests/interpreter_patch_once.py: each launch of a kernel (two programs) that calls a helper of
+    its own and Triton's tl.max (which sees triton.language.core) four times each patches
+    triton.language once and tl.max's modules once, computes the same, and leaves the language as it
+    was."""
     from tests import interpreter_patch_once
     original = interpreter_patch_once._original
     patched = []
     monkeypatch.setattr(interpreter_patch_once, "_original", lambda fn: patched.append(fn.__name__) or original(fn))
     load = tl.load
     x = torch.arange(8, dtype=torch.float32)
-    out = torch.zeros(8)
-    _helper_loop_kernel[(2,)](x, out)
-    assert patched == ["_helper_loop_kernel"]
-    assert torch.equal(out, x * 16)
-    assert tl.load is load and not interpreter_patch_once._launches
+    want = x.clone()
+    for _ in range(4):
+        want = want * 2 + want.max()
+    for launch in range(2):
+        out = torch.zeros(8)
+        _helper_loop_kernel[(2,)](x, out)
+        assert patched == ["_helper_loop_kernel", "max"] * (launch + 1)
+        assert torch.equal(out, want)
+        assert tl.load is load and not interpreter_patch_once._launches
 
 
 @pytest.mark.parametrize("element", ["fp8_e4m3fn", "fp8_e5m2"])
