@@ -1,11 +1,10 @@
 """`make test`: the suite as two pytest processes at once where the machine has two CPUs or more.
 
-The interpreted kernel tests (tests/test_kernels.py) take over half the suite's time, so they run
-beside everything else, less the dense quantize and dequantize tests and the gather's lane-group
-tests, which join the other process to even the two out. Each process's output is printed when it
-ends, and the exit status is the first failing process's (0 when both pass; a process that selects
-no test, as with -k, fails only if the other selects none either). With one CPU it is
-plain `pytest -q`. Extra arguments go to both processes, e.g. `python -m tests.run -x`.
+The interpreted kernel tests (tests/test_kernels.py) take almost half the suite's time, so they run
+beside everything else, less the dense dequantize tests, which join the other process to even the
+two out. Each process's output is printed when it ends, and the exit status is the first failing
+process's (0 when both pass; a process that selects no test, as with -k, fails only if the other
+selects none either). With one CPU it is plain `pytest -q`. Extra arguments go to both processes, e.g. `python -m tests.run -x`.
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "tests/test_kernels.py"
 NO_TESTS = 5                  # pytest's exit status when a process selects no test
-MOVED = tuple(f"{KERNELS}::{test}" for test in ("test_quantize", "test_dequantize", "test_gather_dequant_lane_groups"))
+MOVED = tuple(f"{KERNELS}::{test}" for test in ("test_dequantize",))
 
 
 def groups() -> tuple:
