@@ -258,13 +258,22 @@ def _helper_loop_kernel(x_ptr, out_ptr):
 def test_interpreter_patches_the_language_once_per_launch(monkeypatch):
     """tests/interpreter_patch_once.py: each launch of a kernel (two programs) that calls a helper of
     its own and Triton's tl.max (which sees triton.language.core) four times each patches
-    triton.language once and tl.max's modules once, computes the same, and leaves the language as it
-    was."""
+    triton.language once and tl.max's modules once, computes the same, and leaves triton.language as
+    it was; a helper called from host code first is patched as Triton does and changes none of this."""
     from tests import interpreter_patch_once
     original = interpreter_patch_once._original
-    patched = []
-    monkeypatch.setattr(interpreter_patch_once, "_original", lambda fn: patched.append(fn.__name__) or original(fn))
+    patched, scopes = [], []
+
+    def counted(fn):
+        patched.append(fn.__name__)
+        scopes.append(original(fn))
+        return scopes[-1]
+
+    monkeypatch.setattr(interpreter_patch_once, "_original", counted)
     load = tl.load
+    assert _doubled(3.5) == 7.0 and patched == ["_doubled"] and not interpreter_patch_once._launches
+    scopes[0].restore()            # Triton leaves a host call's patch in place: undone for the checks below
+    assert tl.load is load
     x = torch.arange(8, dtype=torch.float32)
     want = x.clone()
     for _ in range(4):
@@ -272,7 +281,7 @@ def test_interpreter_patches_the_language_once_per_launch(monkeypatch):
     for launch in range(2):
         out = torch.zeros(8)
         _helper_loop_kernel[(2,)](x, out)
-        assert patched == ["_helper_loop_kernel", "max"] * (launch + 1)
+        assert patched == ["_doubled"] + ["_helper_loop_kernel", "max"] * (launch + 1)
         assert torch.equal(out, want)
         assert tl.load is load and not interpreter_patch_once._launches
 
