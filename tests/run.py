@@ -4,7 +4,8 @@ The interpreted kernel tests (tests/test_kernels.py) take almost half the suite'
 beside everything else, less the dense dequantize tests, which join the other process to even the
 two out. Each process's output is printed when it ends, and the exit status is the first failing
 process's (0 when both pass; a process that selects no test, as with -k, fails only if the other
-selects none either). With one CPU it is plain `pytest -q`. Extra arguments go to both processes, e.g. `python -m tests.run -x`.
+selects none either). With one CPU it is plain `pytest -q`. Extra arguments go to both processes,
+e.g. `python -m tests.run -x`.
 """
 from __future__ import annotations
 
