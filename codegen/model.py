@@ -593,6 +593,19 @@ class Layout:
         return tuple(b.page_bytes_name for _, _, b in self.cache_fields)
 
     @property
+    def field_alignments(self) -> tuple:
+        """Per Cache field, the byte alignment its tensor's start needs: the widest value the kernels
+        load or store there through a typed pointer (an fp32 scale: 4; a raw bf16 value: 2; codes
+        and one-byte scales: 1). Page and region offsets are multiples of it (the build checks)."""
+        groups = {g.name: g for g in self.scales}
+        raw = max((s.raw.nbytes for s in self.segments if s.raw is not None), default=1)
+
+        def widest(region: Region) -> int:
+            return raw if region.holds == "records" else groups[region.holds].format.nbytes
+
+        return tuple(max(widest(r) for r in b.regions) for _, _, b in self.cache_fields)
+
+    @property
     def needs(self) -> frozenset:
         """The helper families this layout's ops call, so a module carries exactly the helpers it uses:
         write_values / read_values (per segment and scale group: quantize_store and quantize /

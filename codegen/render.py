@@ -72,7 +72,8 @@ def _env() -> jinja2.Environment:
 # Runtime helpers a module carries only when its layout needs their family, or one of their families
 # (Layout.needs).
 RUNTIME_OPTIONAL = {
-    "checks": {"_round_up": "round_up", "_prepare_store": ("store_rows", "append"), "_prepare_store_inputs": "store_parts", "_check_rows": "store_checks",
+    "checks": {"_round_up": "round_up", "_prepare_store": ("store_rows", "append"),
+               "_odd_source": ("store_rows", "append"), "_prepare_store_inputs": "store_parts", "_check_rows": "store_checks",
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group", "_scale_word_bytes": "word_scales",
                "_check_given_scales": ("store_checks", "given_checks"),

@@ -77,6 +77,10 @@ _RECORDS_NAME = _RECORDS_FIELD[len("cache."):]
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_NAME)
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES', 'CACHE_PAGE_BYTES')
+# The Cache fields holding records (one per plane, or one for every plane).
+_RECORD_FIELDS = (0, 1)
+# Each Cache field's byte alignment: its widest typed load or store (an fp32 scale 4, a raw bf16 value 2).
+_FIELD_ALIGN = (1, 1)
 # Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
 # dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
 _WORD_SCALES = None
@@ -183,6 +187,8 @@ def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: b
         raise ValueError(f"{name}: is a meta tensor (it holds no data)")
     if t.layout is not torch.strided or t.is_nested:
         raise ValueError(f"{name}: is a {'nested' if t.is_nested else t.layout} tensor; expected a dense (strided) one")
+    if t.is_quantized:                 # (its bytes are not its storage's plain elements to torch's views)
+        raise ValueError(f"{name}: is a quantized tensor ({t.dtype}); pass a plain one (e.g. its .int_repr())")
     if t.is_neg() or t.is_conj():      # lazy views: the kernels read and write the stored bytes, not the view's values
         raise ValueError(f"{name}: is a lazily negated or conjugated view; materialize it first "
                          "(resolve_neg() / resolve_conj())")
@@ -336,7 +342,35 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
     if odd:
         raise ValueError(", ".join(f"cache.{field}" for field in pages) + ": hold different numbers of pages (" +
                          ", ".join(map(str, pages.values())) + "); pass the tensors of one cache")
+    allocated = cache_shapes(num_pages, page_size, heads=heads, values=values)
+    for i, (field, t) in enumerate(zip(Cache._fields, cache)):
+        _check_field_form(i, field, t, *allocated[field], page_size, heads, values)
     return geo, num_pages
+
+
+def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int, heads: int, values: int) -> None:
+    """Cache tensor t of field i (holding whole pages) against alloc_cache's shape and dtype for it:
+    - a float dtype only as alloc_cache's: another float format's values are not the stored ones
+      (an integer view of the bytes is taken as bytes);
+    - page-major in alloc_cache's rank, only its shape where its elements are as wide, or where its
+      last two dims give heads and values: another shape is a tensor of other heads, values or
+      scale order (another plane's, a transposed scale buffer);
+    - its start aligned for the widest value the kernels load or store in it."""
+    if dtype.is_floating_point and t.dtype.is_floating_point and t.dtype != dtype:
+        raise ValueError(f"cache.{field}: dtype {t.dtype}, but this layout stores {dtype} there (alloc_cache's "
+                         f"dtype); pass it as {dtype}, or as an integer view of its bytes (.view(torch.uint8))")
+    dims_from_tensors = i in _RECORD_FIELDS and None in (HEADS, VALUES)    # its last two dims count heads and values
+    if (t.dim() == len(shape) and t.shape[0] == shape[0] and tuple(t.shape) != tuple(shape)
+            and (t.element_size() == dtype.itemsize or dims_from_tensors)):
+        raise ValueError(f"cache.{field}: shape {tuple(t.shape)} {t.dtype}, but alloc_cache gives {tuple(shape)} "
+                         f"{dtype} for page_size={page_size}, heads={heads}, values={values}; pass this cache's "
+                         "own tensor, shaped as alloc_cache gives it (one of other heads, values or order lays "
+                         "its bytes out otherwise)")
+    align = _FIELD_ALIGN[i]
+    if t.data_ptr() % align:
+        raise ValueError(f"cache.{field}: starts at byte address {t.data_ptr():#x}, not a multiple of {align}: the "
+                         f"kernels load and store {align}-byte values in it; pass a tensor that starts on a "
+                         f"{align}-byte boundary")
 
 
 def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: int, heads: int, values: int,
@@ -399,6 +433,9 @@ def _misplaced_error(field: str, t, heads: int, values: int) -> str | None:
     if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.numel():
         return None
     nbytes = t.numel() * t.element_size()
+    own = _allocated_page_size(field, t, nbytes, heads, values)
+    if own is not None and cache_shapes(1, own, heads=heads, values=values)[field][1] == t.dtype:
+        return None   # shaped as alloc_cache gives its own field too (K's and V's tensors look alike)
     others = {}       # other field: the page size t has its alloc_cache shape at
     for other in Cache._fields:
         page_size = None if other == field else _allocated_page_size(other, t, nbytes, heads, values)
@@ -493,10 +530,11 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
     device = first.device if isinstance(first, torch.Tensor) else None
     views = []
     for plane, src in zip(PLANES, srcs):
-        src = _check_rows(plane, src, device, views[0].shape[2] if views else None)
+        src = _check_rows(plane, src, device)
         _check_tensor(plane, src, SOURCE_DTYPES)
         if views and src.shape != views[0].shape:
-            raise ValueError(f"{plane}: shape {tuple(src.shape)} differs from {PLANES[0]}'s {tuple(views[0].shape)}")
+            odd, other = _odd_source((PLANES[0], views[0].shape), (plane, src.shape), loc, cache)
+            raise ValueError(f"{odd[0]}: shape {tuple(odd[1])} differs from {other[0]}'s {tuple(other[1])}")
         views.append(src)
     n_tokens, heads, values = views[0].shape
     cache_heads, cache_values = _cache_dims(cache)
@@ -514,6 +552,17 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
     tensors = (loc, *views, *cache, *scales)
     _check_apart(_STORE_NAMES, tensors, _STORE_WRITTEN)
     return tuple(views), geo, num_pages
+
+
+def _odd_source(first: tuple, later: tuple, loc, cache) -> tuple:
+    """(odd, other) of two sources of different shapes, each (plane, shape): the first source is the
+    odd one where it, and not the later one, disagrees with the call's (tokens, heads, values) as loc
+    and the cache give them; else the later one (also where they cannot be read)."""
+    try:
+        want = (loc.shape[0], *_cache_dims(cache))
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return later, first
+    return (first, later) if tuple(first[1]) != want and tuple(later[1]) == want else (later, first)
 
 
 @functools.lru_cache(maxsize=16)

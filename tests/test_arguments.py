@@ -4,6 +4,7 @@ repeated call) give the checked path's bytes and keep its per-call checks."""
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -658,13 +659,25 @@ def assert_same_reads(m, cache, want, ids, page: int, what: str) -> None:
 
 @pytest.mark.parametrize("name", cases("quantize_store") + cases("append"))
 def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
-    """Cache tensors may hold any dtype (the kernels address bytes): a 1-byte field viewed as
-    float8_e8m0fnu (sglang passes e8m0 scale tensors) is written, read and reset as its uint8 self."""
+    """Cache tensors may hold any dtype where alloc_cache gives an integer one (the kernels address
+    bytes): a 1-byte uint8 field viewed as float8_e8m0fnu (sglang passes e8m0 scale tensors) is
+    written, read and reset as its uint8 self, and a 1-byte float one (fp8 codes) as a uint8 view.
+    A field alloc_cache gives a float dtype is refused in another float dtype, whose values would
+    not be the stored ones."""
     m = module(name)
     heads, values, page = dims(m)
     gen = generator(42)
     plain = fresh_cache(m, 3, page, heads, values, gen)
-    odd = m.Cache(*(t.clone().view(torch.float8_e8m0fnu) if t.element_size() == 1 else t.clone() for t in plain))
+    odd = m.Cache(*(t.clone().view(torch.uint8 if t.dtype.is_floating_point else torch.float8_e8m0fnu)
+                    if t.element_size() == 1 else t.clone() for t in plain))
+    assert any(u.dtype != t.dtype for u, t in zip(odd, plain))
+    for i, t in enumerate(plain):
+        if t.dtype.is_floating_point:
+            other = next(d for d in (torch.float8_e5m2, torch.float8_e4m3fn, torch.float16, torch.bfloat16)
+                         if d != t.dtype and d.itemsize == t.element_size())
+            wrong = m.Cache(*(u.view(other) if j == i else u for j, u in enumerate(plain)))
+            raises(rf"^cache\.{m.Cache._fields[i]}: dtype {other}, but this layout stores {t.dtype} there",
+                   m.reset_pages, wrong, torch.tensor([0], device=DEVICE), page)
     rows = [scaled_normal((4, heads, values), gen).to(DEVICE) for _ in m.PLANES]
     loc = torch.tensor([1, page + 2, 2 * page + 3, 5], device=DEVICE)
     writer = m.quantize_store if "quantize_store" in m.OPS else m.append
@@ -676,6 +689,102 @@ def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
     m.reset_pages(odd, pages, page)
     m.reset_pages(plain, pages, page)
     assert_same_cache(m, odd, plain, f"{name} reset through float8_e8m0fnu views")
+
+
+def test_cache_tensors_of_other_heads_values_or_order_are_refused():
+    """A page-major cache tensor in alloc_cache's rank and element size must have its shape: one
+    allocated for other heads and values (with as many bytes a page), or a scale buffer in another
+    order, would have its bytes laid out otherwise. Views of another rank stay bytes."""
+    m = module("mxfp8_kv")
+    ids = torch.arange(1, 3, device=DEVICE)
+    a = m.alloc_cache(3, 32, heads=2, values=64, device=DEVICE)
+    b = m.alloc_cache(3, 32, heads=4, values=32, device=DEVICE)
+    rows = scaled_normal((2, 2, 64), generator(45)).to(DEVICE)
+    told = r"^cache\.v_cache: shape \(3, 32, 4, 32\) torch.float8_e4m3fn, but alloc_cache gives \(3, 32, 2, 64\)"
+    for mixed in (m.Cache(a.k_cache, a.k_sf, b.v_cache, a.v_sf), m.Cache(a.k_cache, a.k_sf, b.v_cache, b.v_sf)):
+        raises(told, m.gather_dequant, mixed, ids, 32)
+        raises(told, m.quantize_store, rows, rows, ids, mixed, 32)
+        raises(told, m.reset_pages, mixed, ids, 32)
+    raises(r"^cache\.v_sf: shape \(3, 4, 32, 1, 1\) torch.uint8, but alloc_cache gives \(3, 2, 32, 1, 2\)",
+           m.gather_dequant, m.Cache(a.k_cache, a.k_sf, a.v_cache, b.v_sf), ids, 32)
+    flat = m.Cache(*(t.view(t.shape[0], -1) if i % 2 else t for i, t in enumerate(a)))   # scales as (pages, bytes)
+    m.quantize_store(rows, rows, ids, flat, 32)
+    # the seq-blocked V cache's scales in another order (sglang's seed asserts their shape)
+    sb = module("mxfp8_v_seqblocked")
+    c = sb.alloc_cache(2, 64, heads=2, values=32, device=DEVICE)
+    raises(r"^cache\.v_sf: shape \(2, 2, 2, 32\) torch.uint8, but alloc_cache gives \(2, 2, 32, 2\)", sb.append,
+           rows[:, :, :32], ids, sb.Cache(c.v_cache, c.v_sf.transpose(2, 3).contiguous()), 64)
+    # a records tensor that counts its heads and values in elements of another size
+    v = module("vllm_fp8")
+    c = v.alloc_cache(3, 16, heads=2, values=64, device=DEVICE)
+    half = torch.zeros(3, 16, 2, 32, dtype=torch.int16, device=DEVICE)         # as many bytes a page
+    raises(r"^cache\.v_cache: shape \(3, 16, 2, 32\) torch.int16, but alloc_cache gives \(3, 16, 2, 64\)",
+           v.gather_dequant, v.Cache(c.k_cache, half), ids, 16, **given(v))
+
+
+@pytest.mark.parametrize("name", [n for n in LAYOUTS if max(module(n)._FIELD_ALIGN) > 1])
+def test_a_cache_that_starts_off_its_values_alignment_is_refused(name):
+    """The kernels store fp32 scales and raw bf16 values through typed pointers, which must be aligned
+    (on the GPU a misaligned one is a sticky CUDA error): a cache field that starts off that
+    alignment is a ValueError naming it, before any launch; one a whole alignment further is taken."""
+    m = module(name)
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
+    ids = torch.arange(2, device=DEVICE)
+    for i, align in enumerate(m._FIELD_ALIGN):
+        t = cache[i]
+        pool = torch.zeros(t.numel() * t.element_size() + 16, dtype=torch.uint8, device=DEVICE)
+        base = (-pool.data_ptr()) % 16                     # a 16-byte boundary in the pool
+        for shift in (1, align // 2, align) if align > 1 else (1,):
+            start = base + shift
+            moved = pool[start:start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            odd = m.Cache(*(moved if j == i else u for j, u in enumerate(cache)))
+            if shift % align:
+                raises(rf"^cache\.{m.Cache._fields[i]}: starts at byte address 0x[0-9a-f]+, not a multiple of {align}",
+                       m.reset_pages, odd, ids, page)
+                raises(rf"^cache\.{m.Cache._fields[i]}: starts at", m.gather_dequant, odd, ids, page, **given(m))
+            else:
+                m.reset_pages(odd, ids, page)
+
+
+def test_quantized_tensors_are_refused():
+    """A quantized tensor's bytes are not plain elements to torch's views (the references' byte
+    views of one crash the process), so none is taken as a cache tensor or a source."""
+    m = module("dsv4_k")
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device="cpu")
+    with warnings.catch_warnings():           # (torch deprecates quantized tensors)
+        warnings.simplefilter("ignore")
+        q = torch._make_per_tensor_quantized_tensor(cache.k_cache, 1.0, 0)
+    ids = torch.arange(2)
+    for fn in (m.gather_dequant_ref, m.reset_pages_ref, m.gather_dequant):
+        raises(r"^cache\.k_cache: is a quantized tensor \(torch.quint8\)", fn, m.Cache(q), ids, page)
+
+
+@pytest.mark.parametrize("name", [n for n in LAYOUTS if module(n).PAGE_SIZE_MULTIPLE > 1])
+def test_a_page_size_off_the_layouts_multiple_is_named(name):
+    """Readers and reset_pages name page_size as writers do when it is no multiple of the layout's,
+    also where K's and V's tensors have one shape (they were named as each other's)."""
+    m = module(name)
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
+    ids = torch.arange(2, device=DEVICE)
+    for wrong in (page - 1, page + 1, page + m.PAGE_SIZE_MULTIPLE // 2):
+        told = rf"^page_size: page_size must be a multiple of {m.PAGE_SIZE_MULTIPLE}"
+        raises(told, m.reset_pages, cache, ids, wrong)
+        if "gather_dequant" in m.OPS:
+            raises(told, m.gather_dequant, cache, ids, wrong, **given(m))
+
+
+def test_the_source_that_disagrees_with_loc_and_the_cache_is_named():
+    """Of two planes' sources of different shapes, the one that disagrees with loc's length and the
+    cache's heads and values is named, whichever plane it is."""
+    m, cache, x, loc = kv_setup()
+    for bad, what in ((x[..., :32], r"\(8, 2, 32\)"), (torch.ones(8, 4, 64), r"\(8, 4, 64\)"),
+                      (torch.ones(9, 2, 64), r"\(9, 2, 64\)")):
+        bad = bad.to(DEVICE)
+        raises(rf"^k: shape {what} differs from v's \(8, 2, 64\)$", m.quantize_store, bad, x, loc, cache, 32)
+        raises(rf"^v: shape {what} differs from k's \(8, 2, 64\)$", m.quantize_store, x, bad, loc, cache, 32)
 
 
 def test_another_layouts_cache_is_refused():
@@ -778,6 +887,28 @@ def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():
     mx.quant_store_kv_mxfp8(x, x, loc, odd.k_cache, odd.v_cache, odd.k_sf.view(torch.float8_e8m0fnu),
                             odd.v_sf.view(torch.float8_e8m0fnu), 32)
     assert_same_cache(m, odd, cache, "e8m0 scale tensors")
+
+
+def test_compat_writers_refuse_caches_the_seed_would_fill_otherwise():
+    """The seed converts codes to its cache's own dtype, so an fp8 cache of another format than
+    e4m3fn would get other codes: refused, named in the seed's terms (uint8 takes the bytes); and
+    the seq-blocked append refuses a scale buffer of another shape, as the seed asserts."""
+    mx = pytest.importorskip("generated.compat.sglang_mxfp8")
+    m, cache, x, loc = kv_setup()
+    for other in (torch.float8_e5m2, torch.float8_e4m3fnuz):
+        raises(rf"^v_cache: dtype {other}, but this layout stores torch.float8_e4m3fn there", mx.quant_store_kv_mxfp8,
+               x, x, loc, cache.k_cache, cache.v_cache.view(other), cache.k_sf, cache.v_sf, 32)
+    as_bytes = clone(m, cache)
+    mx.quant_store_kv_mxfp8(x, x, loc, *(t.view(torch.uint8) for t in (as_bytes.k_cache, as_bytes.v_cache)),
+                            as_bytes.k_sf, as_bytes.v_sf, 32)
+    mx.quant_store_kv_mxfp8(x, x, loc, cache.k_cache, cache.v_cache, cache.k_sf, cache.v_sf, 32)
+    assert_same_cache(m, as_bytes, cache, "uint8 caches")
+    sb = module("mxfp8_v_seqblocked")
+    c = sb.alloc_cache(2, 64, heads=2, values=32, device=DEVICE)
+    raises(r"^sfv: shape \(2, 2, 2, 32\) torch.uint8, but alloc_cache gives \(2, 2, 32, 2\)",
+           mx.update_mxfp8_v_cache_seqblocked, x[:, :, :32], loc, c.v_cache, c.v_sf.transpose(2, 3).contiguous())
+    raises(r"^v_cache: dtype torch.float8_e5m2", mx.update_mxfp8_v_cache_seqblocked, x[:, :, :32], loc,
+           c.v_cache.view(torch.float8_e5m2), c.v_sf)
 
 
 def _token_major(t: torch.Tensor, slots: int) -> torch.Tensor:
