@@ -1092,9 +1092,19 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
             if p not in param_names:
                 raise SpecError(require.key_mark(p), f"{where}.require: {p!r} is not a parameter of this function",
                                 f"parameters: {', '.join(param_names)}")
+        trim = f["trim"]
+        for p, counter in trim.items():
+            if p not in param_names:
+                raise SpecError(trim.key_mark(p), f"{where}.trim: {p!r} is not a parameter of this function",
+                                f"parameters: {', '.join(param_names)}")
+            if counter not in param_names or counter == p:
+                raise SpecError(trim.value_mark(p), f"{where}.trim.{p}: {counter!r} is not another parameter of this "
+                                "function (the one whose length counts the tokens)",
+                                f"parameters: {', '.join(n for n in param_names if n != p)}")
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
                                         op=op, args=tuple(rendered), returns=f["returns"],
                                         require=tuple((p, tuple(v)) for p, v in require.items()),
+                                        trim=tuple(trim.items()),
                                         derived=tuple(derived), renames=tuple(renames), raw_cache=f["raw_cache"],
                                         page_size_from=(size_from.group(1), args["page_size"]) if size_from else None))
         if layout_name not in used_layouts:

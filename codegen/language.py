@@ -218,6 +218,10 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
                            key_pattern=r"[a-z_][a-z0-9_]*"),
                      "the values a parameter may take (e.g. the seed's format strings this layout implements): any "
                      "other raises ValueError naming the parameter before anything runs", {}),
+    "trim": Field(MapOf(Str(pattern=r"[a-z_][a-z0-9_]*", what="a parameter name"), key_pattern=r"[a-z_][a-z0-9_]*"),
+                  "{tensor parameter: the parameter whose length counts the seed's tokens}: rows of the first past the "
+                  "second's length are dropped before the call, as the seed never reads them (vLLM takes num_tokens "
+                  "from slot_mapping, and passes key rows padded for CUDA graphs)", {}),
     "raw_cache": Field(Bool(), "the seed takes its cache tensors as raw contiguous buffers of whole pages in any "
                        "shape (sglang's pool.view(-1, heads, values), a flat scale buffer): pass them as the layout's "
                        "RawCache, which also takes token-major and flat tensors (their page size is then checked only "

@@ -810,6 +810,7 @@ class CompatFunction:
     args: tuple                   # (op parameter, python source)
     returns: str | None
     require: tuple = ()           # (parameter, allowed values): anything else raises ValueError
+    trim: tuple = ()              # (tensor parameter, the parameter counting the tokens): rows past it dropped
     # (local name, python source, the parameter it reads) of each argument computed from a
     # parameter (x.data, v_cache.shape[1]): evaluated before the call, a failure names the parameter
     derived: tuple = ()
@@ -842,7 +843,8 @@ class Compat:
     @property
     def needs(self) -> frozenset:
         """The optional compat_host helpers the functions call (render.RUNTIME_OPTIONAL)."""
-        return frozenset({"read_page_size"} if any(f.page_size_from for f in self.functions) else ())
+        return frozenset(({"read_page_size"} if any(f.page_size_from for f in self.functions) else set())
+                         | ({"trim"} if any(f.trim for f in self.functions) else set()))
 
 
 def op_params(layout: Layout, op: str) -> tuple:

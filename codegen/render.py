@@ -127,7 +127,8 @@ RUNTIME_OPTIONAL = {
     "append": {},
     "append_host": {},
     "torch_ops": {},
-    "compat_host": {"_read_page_size": "read_page_size", "_page_size_read_text": "read_page_size"},
+    "compat_host": {"_read_page_size": "read_page_size", "_page_size_read_text": "read_page_size",
+                    "_first_rows": "trim"},
 }
 
 

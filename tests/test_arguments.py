@@ -872,11 +872,48 @@ def test_compat_functions_name_their_own_parameters():
            *scales)
     raises(r"^value: ", flash.reshape_and_cache_flash, rows, rows[:, :1], vc.k_cache, vc.v_cache, slots, "fp8", *scales)
     # plain names inside the text too, where it names an argument by them (k's, overlaps k in memory)
-    raises(r"^value: shape \(4, 2, 64\) differs from key's \(3, 2, 64\)$", flash.reshape_and_cache_flash, rows,
-           torch.ones(4, 2, 64, device=DEVICE), vc.k_cache, vc.v_cache, slots, "fp8", *scales)
+    raises(r"^value: shape \(2, 2, 64\) differs from key's \(3, 2, 64\)$", flash.reshape_and_cache_flash, rows,
+           torch.ones(2, 2, 64, device=DEVICE), vc.k_cache, vc.v_cache, slots, "fp8", *scales)
     inside = vc.k_cache.view(torch.uint8).view(-1)[:rows.numel() * 4].view(torch.float32).view(rows.shape)
     raises(r"^key_cache: overlaps key in memory", flash.reshape_and_cache_flash, inside, rows, vc.k_cache, vc.v_cache,
            slots, "fp8", *scales)
+
+
+def test_vllm_compat_writers_count_tokens_as_vllm_does():
+    """vLLM's writers take their token count from slot_mapping (reshape_and_cache_flash,
+    concat_and_cache_mla: key rows padded for CUDA graphs follow) or from k (indexer_k_quant_and_cache):
+    rows or entries past it are not read, and the bytes are those of the trimmed call; fewer rows
+    than slots stay an error naming the tensor."""
+    flash = pytest.importorskip("generated.compat.vllm_flash")
+    mla = pytest.importorskip("generated.compat.vllm_mla")
+    ds32 = pytest.importorskip("generated.compat.vllm_ds32")
+    gen = generator(46)
+    slots = torch.tensor([3, 17, 1], device=DEVICE)
+    v = module("vllm_fp8")
+    want, got = (v.alloc_cache(2, 16, heads=2, values=64, device=DEVICE) for _ in range(2))
+    rows = scaled_normal((5, 2, 64), gen).to(DEVICE)          # 3 real rows, 2 of padding
+    scales = [torch.full((1,), 0.5, device=DEVICE)] * 2
+    flash.reshape_and_cache_flash(rows[:3], rows[:3].flip(1), *want, slots, "fp8", *scales)
+    flash.reshape_and_cache_flash(rows, rows.flip(1), *got, slots, "fp8", *scales)
+    assert_same_cache(v, got, want, "reshape_and_cache_flash with padded key and value rows")
+    raises(r"^slot_mapping: has 3 entries, expected 2", flash.reshape_and_cache_flash, rows[:2], rows[:2], *got, slots,
+           "fp8", *scales)
+    m = module("vllm_ds_mla")
+    want, got = (torch.zeros(2, 16, 656, dtype=torch.uint8, device=DEVICE) for _ in range(2))
+    kv_c, k_pe = scaled_normal((5, 512), gen).to(DEVICE), scaled_normal((5, 64), gen).to(DEVICE)
+    mla.concat_and_cache_mla(kv_c[:3], k_pe[:3], want, slots, "fp8_ds_mla", None)
+    mla.concat_and_cache_mla(kv_c, k_pe, got, slots, "fp8_ds_mla", None)
+    assert_same_cache(m, (got,), (want,), "concat_and_cache_mla with padded rows")
+    mla.concat_and_cache_ds_mla(kv_c, k_pe, got, slots)
+    assert_same_cache(m, (got,), (want,), "concat_and_cache_ds_mla with padded rows")
+    ind = module("ds32_indexer")
+    want, got = (torch.zeros(2, 16, 132, dtype=torch.uint8, device=DEVICE) for _ in range(2))
+    k = scaled_normal((3, 128), gen).to(DEVICE)
+    padded = torch.tensor([3, 17, 1, 5, 9], device=DEVICE)
+    ds32.indexer_k_quant_and_cache(k, want, slots, 128, "")
+    ds32.indexer_k_quant_and_cache(k, got, padded, 128, "")
+    assert_same_cache(ind, (got,), (want,), "indexer_k_quant_and_cache with slot entries past k's rows")
+    raises(r"^slot_mapping: has 2 entries, expected 3", ds32.indexer_k_quant_and_cache, k, got, slots[:2], 128, "")
 
 
 def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():

@@ -77,19 +77,21 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
 
 def test_compat_modules_carry_their_runtime_verbatim():
     """codegen/runtime/compat_host.py below its COPY marker is in every compat module as it is, its
-    optional helpers (those for a page size read off a tensor's shape) where a function calls them."""
+    optional helpers (those for a page size read off a tensor's shape, or for rows trimmed to the
+    seed's token count) where a function calls them."""
     from codegen import render
     optional = render.RUNTIME_OPTIONAL["compat_host"]
     compat = sorted(name for name in GENERATED if name.startswith("generated/compat/") and not name.endswith("__init__.py"))
     assert compat and optional
+    calls = {"read_page_size": "raise _read_page_size(", "trim": " = _first_rows("}
     for name in compat:
         text = GENERATED[name]
-        reads = "raise _read_page_size(" in text
         assert "\nimport re\n" in text
         for named, source in render._runtime_parts("compat_host"):
-            assert (source in text) == (named not in optional or reads), (name, named)
-    assert any("raise _read_page_size(" in GENERATED[name] for name in compat)
-    assert not all("raise _read_page_size(" in GENERATED[name] for name in compat)
+            assert (source in text) == (named not in optional or calls[optional[named]] in text), (name, named)
+    for call in calls.values():
+        assert any(call in GENERATED[name] for name in compat)
+        assert not all(call in GENERATED[name] for name in compat)
 
 
 def test_plans_record_and_replay_with_a_stand_in_kernel(monkeypatch):

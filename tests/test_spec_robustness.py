@@ -420,6 +420,15 @@ COMPAT_BAD = [
     ("require names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
                                         "    params: [k, loc, quant_k_cache, page_size]\n    require: {pagesize: [64]}\n"),
      ["functions[2].require", "'pagesize' is not a parameter"]),
+    ("trim names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                     "    params: [k, loc, quant_k_cache, page_size]\n    trim: {k: slots}\n"),
+     ["functions[2].trim.k", "'slots' is not another parameter"]),
+    ("trim counts by itself", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                   "    params: [k, loc, quant_k_cache, page_size]\n    trim: {k: k}\n"),
+     ["functions[2].trim.k", "'k' is not another parameter"]),
+    ("trim of no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                  "    params: [k, loc, quant_k_cache, page_size]\n    trim: {key: loc}\n"),
+     ["functions[2].trim", "'key' is not a parameter"]),
 ]
 
 

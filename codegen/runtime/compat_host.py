@@ -19,6 +19,16 @@ def _described(value) -> str:
     return f"a {type(value).__name__}"
 
 
+def _first_rows(t, counter):
+    """t's first rows, as many as `counter` has entries: the seed takes its token count from `counter`
+    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs).
+    t as it is where it has no more rows, or either is no tensor (the op's checks then name it)."""
+    if (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()
+            and t.shape[0] > counter.shape[0]):
+        return t[:counter.shape[0]]
+    return t
+
+
 def _renamed(error: ValueError, names: dict) -> ValueError:
     """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
     ': ') and the other arguments it mentions become the compat function's parameters, or the
