@@ -436,6 +436,21 @@ def test_alloc_cache_gives_every_buffer_its_page_bytes(name):
     m._check_cache(cache, page, heads, values, cache[0].device, ("cache", cache[0].shape))
 
 
+def test_alloc_cache_names_a_device_it_cannot_use_and_a_size_no_tensor_holds():
+    """alloc_cache's device is checked before it allocates (a CUDA one where this process has none
+    was an AssertionError, a float a TypeError), and so is a cache too big for a tensor (torch's
+    storage size overflow); None is torch's default device."""
+    m = module("mxfp8_kv")
+    raises(r"^device: 3\.5 is not a torch device \(", m.alloc_cache, 2, 32, heads=2, values=64, device=3.5)
+    raises(r"^device: 'nonsense' is not a torch device", m.alloc_cache, 2, 32, heads=2, values=64, device="nonsense")
+    missing = f"cuda:{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
+    raises(rf"^device: {missing} is not available in this process", m.alloc_cache, 2, 32, heads=2, values=64,
+           device=missing)
+    raises(r"^num_pages: 4611686018427387904 pages take \d+ bytes of cache\.k_cache, more than a tensor holds",
+           m.alloc_cache, 2 ** 62, 32, heads=2, values=64)
+    assert m.alloc_cache(2, 32, heads=2, values=64).k_cache.device == torch.empty(0).device
+
+
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_references_take_every_argument_of_their_kernels(name):
     import inspect

@@ -100,6 +100,27 @@ def _dense_geometry(values: int, name: str, shape) -> dict:
     raise ValueError(f"{name}: shape {tuple(shape)}: {reason}" + (f" (values={values})" if sizes else ""))
 
 
+def _check_allocation(shapes: dict, device) -> None:
+    """alloc_cache's arguments beyond the sizes: a device torch knows and this process has (None:
+    torch's default device), and tensors whose bytes torch can count (a huge num_pages)."""
+    if device is not None:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device: {device!r} is not a torch device ({str(err).splitlines()[0]})") from None
+        if device.type == "cuda" and not (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
+            raise ValueError(f"device: {device} is not available in this process "
+                             f"({torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices); "
+                             "pass device='cpu' or an available one (None: torch's default device)")
+    for field, (shape, dtype) in shapes.items():
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        if nbytes >= 2 ** 62:
+            raise ValueError(f"num_pages: {shape[0]} pages take {nbytes} bytes of cache.{field}, more than a tensor "
+                             "holds (2**62)")
+
+
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:
     """A tensor argument: dense, stored as its values say, of the dtypes, dims and device given;
     one the kernels write (written) must not require grad."""
