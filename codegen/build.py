@@ -989,6 +989,16 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
     # and its helpers (codegen/runtime/compat_host.py); a leading underscore marks the module's own
     # names (helpers, and the locals _<argument> it computes arguments into).
     module_names = set(layouts) | set(tree["types"]) | {"torch", "NamedTuple", "annotations", "re"}
+    constants = tree["constants"]
+    for name, value in constants.items():
+        if keyword.iskeyword(name) or name in module_names:
+            raise SpecError(constants.key_mark(name), f"constants: {name!r} is a Python keyword or a name the "
+                            "generated module uses itself (a layout it imports, a type, torch, re)", "rename it")
+        if isinstance(value, str) and value[len("torch."):] not in TORCH_DEFAULTS:
+            raise SpecError(constants.value_mark(name), f"constants.{name}: {value} is not one of the torch dtypes "
+                            "a constant may be (another torch name could fail the module's import)",
+                            f"one of {', '.join(f'torch.{d}' for d in sorted(TORCH_DEFAULTS))}")
+    module_names |= set(constants)
     seen_functions: dict = {}
     functions = []
     used_layouts = []
@@ -1110,7 +1120,8 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         if layout_name not in used_layouts:
             used_layouts.append(layout_name)
     return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,
-                  spec_sha256=digest, layouts=tuple(sorted(used_layouts)), types=types, functions=tuple(functions))
+                  spec_sha256=digest, layouts=tuple(sorted(used_layouts)), types=types, functions=tuple(functions),
+                  constants=tuple(constants.items()))
 
 
 def _check_arg(src: str, params, mark, where):

@@ -235,5 +235,10 @@ COMPAT = Obj(title="a compat spec", fields={
     "seed": Field(Str(), "the file whose names and signatures this module reproduces"),
     "types": Field(MapOf(ListOf(Str(pattern=IDENT), min_items=1), key_pattern=r"[A-Z][A-Za-z0-9]{0,63}"),
                    "named tuple types, by name, with their fields", {}),
+    "constants": Field(MapOf(OneOf((Int(), Str(pattern=r"torch\.[a-z0-9_]+", what="a torch dtype such as "
+                                                                                   "torch.float8_e4m3fn"))),
+                             key_pattern=r"[A-Za-z][A-Za-z0-9_]{0,63}"),
+                       "the seed module's constants, {NAME: an int or a torch dtype}: defined at the module's top "
+                       "for callers that import them (e.g. DIM_NOPE: 448)", {}),
     "functions": Field(ListOf(COMPAT_FUNCTION, min_items=1), "the functions to generate"),
 })

@@ -839,6 +839,7 @@ class Compat:
     layouts: tuple                # layout names imported
     types: tuple                  # (type name, fields)
     functions: tuple
+    constants: tuple = ()         # (name, an int or a "torch.<dtype>" source): the seed module's constants
 
     @property
     def needs(self) -> frozenset:

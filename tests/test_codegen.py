@@ -1,12 +1,14 @@
 """The generator: deterministic output, headers, standalone modules, and a model that
 reproduces the seeds' byte arithmetic."""
 import ast
+import importlib
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from codegen import pipeline
 from codegen.build import build_layout, load_spec
@@ -73,6 +75,22 @@ def test_layout_modules_carry_the_runtime_verbatim(name, runtime):
         # (a relative import names another runtime file, which the module carries as well)
         if line.startswith(("import ", "from ")) and "__future__" not in line and not line.startswith("from ."):
             assert f"\n{line}\n" in module, line
+
+
+def test_compat_constants_are_the_seeds_and_agree_with_their_layouts():
+    """The compat modules define the seed modules' constants (code imports them beside the functions),
+    with the seeds' values, which the layouts' geometry gives too."""
+    dsv4 = importlib.import_module("generated.compat.sglang_dsv4")
+    mx = importlib.import_module("generated.compat.sglang_mxfp8")
+    seeds = {"fp8_dtype": torch.float8_e4m3fn, "DIM_NOPE": 448, "DIM_ROPE": 64, "TILE_SIZE": 64, "NUM_SCALE_TILES": 7,
+             "NOPE_ROPE_BYTES": 576, "PADDED_SCALE_PER_TOKEN": 8}
+    assert {name: getattr(dsv4, name) for name in seeds} == seeds and set(seeds) <= set(dsv4.__all__)
+    geo = importlib.import_module("generated.dsv4_k").geometry(64, 1, 512)
+    assert (geo["RECORD_BYTES"], geo["NOPE_TILES"], geo["CACHE_NOPE_SLOT_STRIDE"]) == (
+        dsv4.NOPE_ROPE_BYTES, dsv4.NUM_SCALE_TILES, dsv4.PADDED_SCALE_PER_TOKEN)
+    assert dsv4.DIM_NOPE + dsv4.DIM_ROPE == geo["VALUES"] and dsv4.DIM_NOPE == dsv4.TILE_SIZE * dsv4.NUM_SCALE_TILES
+    mx_geo = importlib.import_module("generated.mxfp8_kv").geometry(32, 1, 256)
+    assert mx.MXFP8_BLOCK_SIZE == 32 == 256 // mx_geo["DENSE_SCALES"]
 
 
 def test_compat_modules_carry_their_runtime_verbatim():
