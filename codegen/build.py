@@ -969,6 +969,8 @@ def _padding_misaligns(e: RoundUp, size: int, multiple: int) -> bool:
 
 # The torch names a compat parameter's default may be: the dtypes a caller passes for out_dtype-like
 # parameters (any other torch.<name> could fail at the generated module's import).
+# Builtins a module-level name of a compat module would shadow for its own code (isinstance, ValueError).
+BUILTIN_NAMES = frozenset(dir(builtins))
 TORCH_DEFAULTS = frozenset({"bfloat16", "float16", "float32", "float64", "half", "float", "double", "uint8", "int8",
                             "int16", "int32", "int64", "bool", "float8_e4m3fn", "float8_e5m2"})
 
@@ -991,9 +993,10 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
     module_names = set(layouts) | set(tree["types"]) | {"torch", "NamedTuple", "annotations", "re"}
     constants = tree["constants"]
     for name, value in constants.items():
-        if keyword.iskeyword(name) or name in module_names:
-            raise SpecError(constants.key_mark(name), f"constants: {name!r} is a Python keyword or a name the "
-                            "generated module uses itself (a layout it imports, a type, torch, re)", "rename it")
+        if keyword.iskeyword(name) or name in module_names or name in BUILTIN_NAMES:
+            raise SpecError(constants.key_mark(name), f"constants: {name!r} is a Python keyword or builtin, or a "
+                            "name the generated module uses itself (a layout it imports, a type, torch, re)",
+                            "rename it")
         if isinstance(value, str) and value[len("torch."):] not in TORCH_DEFAULTS:
             raise SpecError(constants.value_mark(name), f"constants.{name}: {value} is not one of the torch dtypes "
                             "a constant may be (another torch name could fail the module's import)",
@@ -1017,9 +1020,11 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
             raise SpecError(f.value_mark("name"), f"{where}.name: a second function named {f['name']!r} (the first is "
                             f"functions[{seen_functions[f['name']]}])", "give each function its own name")
         seen_functions[f["name"]] = i
-        if keyword.iskeyword(f["name"]) or f["name"] in module_names or f["name"].startswith("_"):
-            raise SpecError(f.value_mark("name"), f"{where}.name: {f['name']!r} is a Python keyword or a name the "
-                            "generated module uses itself (a layout it imports, a type, torch, re, a name starting with _)",
+        if (keyword.iskeyword(f["name"]) or f["name"] in module_names or f["name"] in BUILTIN_NAMES
+                or f["name"].startswith("_")):
+            raise SpecError(f.value_mark("name"), f"{where}.name: {f['name']!r} is a Python keyword or builtin, or a "
+                            "name the generated module uses itself (a layout it imports, a type, torch, re, a name "
+                            "starting with _)",
                             "choose another name")
         params = []
         for j, p in enumerate(f["params"]):

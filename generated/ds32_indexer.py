@@ -209,7 +209,7 @@ def _dense_geometry(values: int, name: str, shape) -> dict:
 
 def _check_allocation(shapes: dict, device) -> None:
     """alloc_cache's arguments beyond the sizes: a device torch knows and this process has (None:
-    torch's default device), and tensors whose bytes torch can count (a huge num_pages)."""
+    torch's default device), and tensors whose bytes torch can count (2**62 at most)."""
     if device is not None:
         try:
             device = torch.device(device)
@@ -219,13 +219,20 @@ def _check_allocation(shapes: dict, device) -> None:
             raise ValueError(f"device: {device} is not available in this process "
                              f"({torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA devices); "
                              "pass device='cpu' or an available one (None: torch's default device)")
+        if device.type != "cuda":
+            try:                 # another backend's own error (not built in, no such device) is its to tell
+                torch.empty(0, device=device)
+            except Exception as err:
+                raise ValueError(f"device: {device} cannot hold tensors in this process "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
     for field, (shape, dtype) in shapes.items():
-        nbytes = dtype.itemsize
-        for n in shape:
-            nbytes *= n
-        if nbytes >= 2 ** 62:
-            raise ValueError(f"num_pages: {shape[0]} pages take {nbytes} bytes of cache.{field}, more than a tensor "
-                             "holds (2**62)")
+        page_bytes = dtype.itemsize
+        for n in shape[1:]:
+            page_bytes *= n
+        if page_bytes * shape[0] >= 2 ** 62:
+            told = "num_pages" if page_bytes < 2 ** 62 else "page_size, heads and values"
+            raise ValueError(f"{told}: {shape[0]} page(s) of {page_bytes} bytes of cache.{field} take more than a "
+                             "tensor holds (2**62 bytes)")
 
 
 def _check_tensor(name: str, t, dtypes=None, ndims=None, device=None, written: bool = False) -> None:
@@ -402,15 +409,19 @@ def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int
     """Cache tensor t of field i (holding whole pages) against alloc_cache's shape and dtype for it:
     - a float dtype only as alloc_cache's: another float format's values are not the stored ones
       (an integer view of the bytes is taken as bytes);
-    - page-major in alloc_cache's rank, only its shape where its elements are as wide, or where its
-      last two dims give heads and values: another shape is a tensor of other heads, values or
-      scale order (another plane's, a transposed scale buffer);
+    - page-major in alloc_cache's rank (or token-major, its first two dims merged), only its shape
+      where its elements are as wide, or where its last two dims give heads and values: another
+      shape is a tensor of other heads, values or scale order (another plane's, transposed scales);
     - its start aligned for the widest value the kernels load or store in it."""
     if dtype.is_floating_point and t.dtype.is_floating_point and t.dtype != dtype:
-        raise ValueError(f"cache.{field}: dtype {t.dtype}, but this layout stores {dtype} there (alloc_cache's "
-                         f"dtype); pass it as {dtype}, or as an integer view of its bytes (.view(torch.uint8))")
+        raise ValueError(f"cache.{field}: dtype {t.dtype}, but this layout reads and writes {dtype} there "
+                         f"(alloc_cache's dtype); a cache of {t.dtype} values needs a layout of that format (a "
+                         f"tensor whose bytes are {dtype} codes may be passed as {dtype} or as uint8)")
     dims_from_tensors = i in _RECORD_FIELDS and None in (HEADS, VALUES)    # its last two dims count heads and values
-    if (t.dim() == len(shape) and t.shape[0] == shape[0] and tuple(t.shape) != tuple(shape)
+    # page-major in alloc_cache's rank, or with its first two dims merged (token-major records)
+    merged = t.dim() == len(shape) - 1 >= 2 and t.shape[0] == shape[0] * shape[1]
+    if ((t.dim() == len(shape) and t.shape[0] == shape[0] and tuple(t.shape) != tuple(shape)
+            or merged and tuple(t.shape[1:]) != tuple(shape[2:]))
             and (t.element_size() == dtype.itemsize or dims_from_tensors)):
         raise ValueError(f"cache.{field}: shape {tuple(t.shape)} {t.dtype}, but alloc_cache gives {tuple(shape)} "
                          f"{dtype} for page_size={page_size}, heads={heads}, values={values}; pass this cache's "

@@ -446,8 +446,12 @@ def test_alloc_cache_names_a_device_it_cannot_use_and_a_size_no_tensor_holds():
     missing = f"cuda:{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
     raises(rf"^device: {missing} is not available in this process", m.alloc_cache, 2, 32, heads=2, values=64,
            device=missing)
-    raises(r"^num_pages: 4611686018427387904 pages take \d+ bytes of cache\.k_cache, more than a tensor holds",
+    raises(r"^num_pages: 4611686018427387904 page\(s\) of 4096 bytes of cache\.k_cache take more than a tensor holds",
            m.alloc_cache, 2 ** 62, 32, heads=2, values=64)
+    raises(r"^page_size, heads and values: 2 page\(s\) of \d+ bytes of cache\.k_cache take more", m.alloc_cache, 2,
+           2 ** 57, heads=2, values=64)
+    raises(r"^device: ipu cannot hold tensors in this process \(NotImplementedError: ", m.alloc_cache, 2, 32, heads=2,
+           values=64, device="ipu")
     assert m.alloc_cache(2, 32, heads=2, values=64).k_cache.device == torch.empty(0).device
 
 
@@ -691,7 +695,7 @@ def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
             other = next(d for d in (torch.float8_e5m2, torch.float8_e4m3fn, torch.float16, torch.bfloat16)
                          if d != t.dtype and d.itemsize == t.element_size())
             wrong = m.Cache(*(u.view(other) if j == i else u for j, u in enumerate(plain)))
-            raises(rf"^cache\.{m.Cache._fields[i]}: dtype {other}, but this layout stores {t.dtype} there",
+            raises(rf"^cache\.{m.Cache._fields[i]}: dtype {other}, but this layout reads and writes {t.dtype} there",
                    m.reset_pages, wrong, torch.tensor([0], device=DEVICE), page)
     rows = [scaled_normal((4, heads, values), gen).to(DEVICE) for _ in m.PLANES]
     loc = torch.tensor([1, page + 2, 2 * page + 3, 5], device=DEVICE)
@@ -724,6 +728,11 @@ def test_cache_tensors_of_other_heads_values_or_order_are_refused():
            m.gather_dequant, m.Cache(a.k_cache, a.k_sf, a.v_cache, b.v_sf), ids, 32)
     flat = m.Cache(*(t.view(t.shape[0], -1) if i % 2 else t for i, t in enumerate(a)))   # scales as (pages, bytes)
     m.quantize_store(rows, rows, ids, flat, 32)
+    # token-major (a RawCache's (num_pages * page_size, heads, values)) as page-major
+    raw = m.RawCache(a.k_cache.view(-1, 2, 64), a.k_sf, b.v_cache.view(-1, 4, 32), a.v_sf)
+    raises(r"^cache\.v_cache: shape \(96, 4, 32\) torch.float8_e4m3fn, but alloc_cache gives \(3, 32, 2, 64\)",
+           m.gather_dequant, raw, ids, 32)
+    m.quantize_store(rows, rows, ids, m.RawCache(a.k_cache.view(-1, 2, 64), a.k_sf, a.v_cache.view(-1, 2, 64), a.v_sf), 32)
     # the seq-blocked V cache's scales in another order (sglang's seed asserts their shape)
     sb = module("mxfp8_v_seqblocked")
     c = sb.alloc_cache(2, 64, heads=2, values=32, device=DEVICE)
@@ -737,6 +746,18 @@ def test_cache_tensors_of_other_heads_values_or_order_are_refused():
            v.gather_dequant, v.Cache(c.k_cache, half), ids, 16, **given(v))
 
 
+# Each shipped layout's cache fields' alignment where a field stores fp32 scales (4) or raw bf16 values (2)
+# through typed pointers (codes, one-byte scales and word reads, which check their own alignment: 1).
+FIELD_ALIGN = {"ds32_indexer": (4,), "ds32_mla": (4,), "vllm_ds_mla": (4,), "vllm_fp8_per_token_head": (4,),
+               "dsv4_k": (2,), "dsv4_mxfp4": (2,), "dsv4_nvfp4": (2,)}
+
+
+def test_the_alignment_table_is_each_fields_widest_typed_access():
+    for name in SPECS:
+        m = module(name)
+        assert m._FIELD_ALIGN == FIELD_ALIGN.get(name, (1,) * len(m.Cache._fields)), name
+
+
 @pytest.mark.parametrize("name", [n for n in LAYOUTS if max(module(n)._FIELD_ALIGN) > 1])
 def test_a_cache_that_starts_off_its_values_alignment_is_refused(name):
     """The kernels store fp32 scales and raw bf16 values through typed pointers, which must be aligned
@@ -748,7 +769,7 @@ def test_a_cache_that_starts_off_its_values_alignment_is_refused(name):
     ids = torch.arange(2, device=DEVICE)
     for i, align in enumerate(m._FIELD_ALIGN):
         t = cache[i]
-        pool = torch.zeros(t.numel() * t.element_size() + 16, dtype=torch.uint8, device=DEVICE)
+        pool = torch.zeros(t.numel() * t.element_size() + 32, dtype=torch.uint8, device=DEVICE)
         base = (-pool.data_ptr()) % 16                     # a 16-byte boundary in the pool
         for shift in (1, align // 2, align) if align > 1 else (1,):
             start = base + shift
@@ -887,8 +908,8 @@ def test_compat_functions_name_their_own_parameters():
            *scales)
     raises(r"^value: ", flash.reshape_and_cache_flash, rows, rows[:, :1], vc.k_cache, vc.v_cache, slots, "fp8", *scales)
     # plain names inside the text too, where it names an argument by them (k's, overlaps k in memory)
-    raises(r"^value: shape \(2, 2, 64\) differs from key's \(3, 2, 64\)$", flash.reshape_and_cache_flash, rows,
-           torch.ones(2, 2, 64, device=DEVICE), vc.k_cache, vc.v_cache, slots, "fp8", *scales)
+    raises(r"^value: shape \(3, 1, 64\) differs from key's \(3, 2, 64\)$", flash.reshape_and_cache_flash, rows,
+           torch.ones(3, 1, 64, device=DEVICE), vc.k_cache, vc.v_cache, slots, "fp8", *scales)
     inside = vc.k_cache.view(torch.uint8).view(-1)[:rows.numel() * 4].view(torch.float32).view(rows.shape)
     raises(r"^key_cache: overlaps key in memory", flash.reshape_and_cache_flash, inside, rows, vc.k_cache, vc.v_cache,
            slots, "fp8", *scales)
@@ -897,8 +918,8 @@ def test_compat_functions_name_their_own_parameters():
 def test_vllm_compat_writers_count_tokens_as_vllm_does():
     """vLLM's writers take their token count from slot_mapping (reshape_and_cache_flash,
     concat_and_cache_mla: key rows padded for CUDA graphs follow) or from k (indexer_k_quant_and_cache):
-    rows or entries past it are not read, and the bytes are those of the trimmed call; fewer rows
-    than slots stay an error naming the tensor."""
+    rows or entries past it are not read, and the bytes are those of the trimmed call; fewer are an
+    error naming the short tensor."""
     flash = pytest.importorskip("generated.compat.vllm_flash")
     mla = pytest.importorskip("generated.compat.vllm_mla")
     ds32 = pytest.importorskip("generated.compat.vllm_ds32")
@@ -911,8 +932,8 @@ def test_vllm_compat_writers_count_tokens_as_vllm_does():
     flash.reshape_and_cache_flash(rows[:3], rows[:3].flip(1), *want, slots, "fp8", *scales)
     flash.reshape_and_cache_flash(rows, rows.flip(1), *got, slots, "fp8", *scales)
     assert_same_cache(v, got, want, "reshape_and_cache_flash with padded key and value rows")
-    raises(r"^slot_mapping: has 3 entries, expected 2", flash.reshape_and_cache_flash, rows[:2], rows[:2], *got, slots,
-           "fp8", *scales)
+    raises(r"^key: has 2 along its first dim, fewer than the 3 tokens slot_mapping counts", flash.reshape_and_cache_flash,
+           rows[:2], rows[:2], *got, slots, "fp8", *scales)
     m = module("vllm_ds_mla")
     want, got = (torch.zeros(2, 16, 656, dtype=torch.uint8, device=DEVICE) for _ in range(2))
     kv_c, k_pe = scaled_normal((5, 512), gen).to(DEVICE), scaled_normal((5, 64), gen).to(DEVICE)
@@ -928,7 +949,8 @@ def test_vllm_compat_writers_count_tokens_as_vllm_does():
     ds32.indexer_k_quant_and_cache(k, want, slots, 128, "")
     ds32.indexer_k_quant_and_cache(k, got, padded, 128, "")
     assert_same_cache(ind, (got,), (want,), "indexer_k_quant_and_cache with slot entries past k's rows")
-    raises(r"^slot_mapping: has 2 entries, expected 3", ds32.indexer_k_quant_and_cache, k, got, slots[:2], 128, "")
+    raises(r"^slot_mapping: has 2 along its first dim, fewer than the 3 tokens k counts", ds32.indexer_k_quant_and_cache,
+           k, got, slots[:2], 128, "")
 
 
 def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():
@@ -948,7 +970,7 @@ def test_compat_writers_refuse_caches_the_seed_would_fill_otherwise():
     mx = pytest.importorskip("generated.compat.sglang_mxfp8")
     m, cache, x, loc = kv_setup()
     for other in (torch.float8_e5m2, torch.float8_e4m3fnuz):
-        raises(rf"^v_cache: dtype {other}, but this layout stores torch.float8_e4m3fn there", mx.quant_store_kv_mxfp8,
+        raises(rf"^v_cache: dtype {other}, but this layout reads and writes torch.float8_e4m3fn there", mx.quant_store_kv_mxfp8,
                x, x, loc, cache.k_cache, cache.v_cache.view(other), cache.k_sf, cache.v_sf, 32)
     as_bytes = clone(m, cache)
     mx.quant_store_kv_mxfp8(x, x, loc, *(t.view(torch.uint8) for t in (as_bytes.k_cache, as_bytes.v_cache)),

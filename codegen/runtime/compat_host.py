@@ -19,14 +19,17 @@ def _described(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def _first_rows(t, counter):
+def _first_rows(t, counter, names: tuple):
     """t's first rows, as many as `counter` has entries: the seed takes its token count from `counter`
-    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs).
-    t as it is where it has no more rows, or either is no tensor (the op's checks then name it)."""
-    if (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()
-            and t.shape[0] > counter.shape[0]):
-        return t[:counter.shape[0]]
-    return t
+    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs);
+    fewer rows are an error naming t (names: t's and counter's parameters). t as it is where either
+    is no tensor of rows (the op's checks then name it)."""
+    if not (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()):
+        return t
+    if t.shape[0] < counter.shape[0]:
+        raise ValueError(f"{names[0]}: has {t.shape[0]} along its first dim, fewer than the {counter.shape[0]} "
+                         f"tokens {names[1]} counts (one per token)")
+    return t[:counter.shape[0]]
 
 
 def _renamed(error: ValueError, names: dict) -> ValueError:

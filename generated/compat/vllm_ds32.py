@@ -31,7 +31,7 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
         raise ValueError(f"quant_block_size: {quant_block_size!r} is not supported here (supported: 128)")
     if scale_fmt not in ('', None):
         raise ValueError(f"scale_fmt: {scale_fmt!r} is not supported here (supported: '', None)")
-    slot_mapping = _first_rows(slot_mapping, k)   # the seed's token count is k's length: rows past it go unread
+    slot_mapping = _first_rows(slot_mapping, k, ("slot_mapping", "k"))   # the seed counts tokens by k
     try:
         _page_size = kv_cache.shape[1]
     except (AttributeError, IndexError, KeyError, TypeError):
@@ -49,14 +49,17 @@ def _described(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def _first_rows(t, counter):
+def _first_rows(t, counter, names: tuple):
     """t's first rows, as many as `counter` has entries: the seed takes its token count from `counter`
-    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs).
-    t as it is where it has no more rows, or either is no tensor (the op's checks then name it)."""
-    if (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()
-            and t.shape[0] > counter.shape[0]):
-        return t[:counter.shape[0]]
-    return t
+    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs);
+    fewer rows are an error naming t (names: t's and counter's parameters). t as it is where either
+    is no tensor of rows (the op's checks then name it)."""
+    if not (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()):
+        return t
+    if t.shape[0] < counter.shape[0]:
+        raise ValueError(f"{names[0]}: has {t.shape[0]} along its first dim, fewer than the {counter.shape[0]} "
+                         f"tokens {names[1]} counts (one per token)")
+    return t[:counter.shape[0]]
 
 
 def _renamed(error: ValueError, names: dict) -> ValueError:

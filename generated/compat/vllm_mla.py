@@ -32,8 +32,8 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     """
     if kv_cache_dtype not in ('fp8_ds_mla',):
         raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} is not supported here (supported: 'fp8_ds_mla')")
-    kv_c = _first_rows(kv_c, slot_mapping)   # the seed's token count is slot_mapping's length: rows past it go unread
-    k_pe = _first_rows(k_pe, slot_mapping)   # the seed's token count is slot_mapping's length: rows past it go unread
+    kv_c = _first_rows(kv_c, slot_mapping, ("kv_c", "slot_mapping"))   # the seed counts tokens by slot_mapping
+    k_pe = _first_rows(k_pe, slot_mapping, ("k_pe", "slot_mapping"))   # the seed counts tokens by slot_mapping
     try:
         _page_size = kv_cache.shape[1]
     except (AttributeError, IndexError, KeyError, TypeError):
@@ -51,8 +51,8 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
 
     Calls vllm_ds_mla.quantize_store.
     """
-    kv_c = _first_rows(kv_c, slot_mapping)   # the seed's token count is slot_mapping's length: rows past it go unread
-    k_pe = _first_rows(k_pe, slot_mapping)   # the seed's token count is slot_mapping's length: rows past it go unread
+    kv_c = _first_rows(kv_c, slot_mapping, ("kv_c", "slot_mapping"))   # the seed counts tokens by slot_mapping
+    k_pe = _first_rows(k_pe, slot_mapping, ("k_pe", "slot_mapping"))   # the seed counts tokens by slot_mapping
     try:
         _page_size = kv_cache.shape[1]
     except (AttributeError, IndexError, KeyError, TypeError):
@@ -70,14 +70,17 @@ def _described(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def _first_rows(t, counter):
+def _first_rows(t, counter, names: tuple):
     """t's first rows, as many as `counter` has entries: the seed takes its token count from `counter`
-    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs).
-    t as it is where it has no more rows, or either is no tensor (the op's checks then name it)."""
-    if (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()
-            and t.shape[0] > counter.shape[0]):
-        return t[:counter.shape[0]]
-    return t
+    (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs);
+    fewer rows are an error naming t (names: t's and counter's parameters). t as it is where either
+    is no tensor of rows (the op's checks then name it)."""
+    if not (isinstance(t, torch.Tensor) and isinstance(counter, torch.Tensor) and t.dim() and counter.dim()):
+        return t
+    if t.shape[0] < counter.shape[0]:
+        raise ValueError(f"{names[0]}: has {t.shape[0]} along its first dim, fewer than the {counter.shape[0]} "
+                         f"tokens {names[1]} counts (one per token)")
+    return t[:counter.shape[0]]
 
 
 def _renamed(error: ValueError, names: dict) -> ValueError:
