@@ -969,10 +969,10 @@ def _padding_misaligns(e: RoundUp, size: int, multiple: int) -> bool:
 
 # The torch names a compat parameter's default may be: the dtypes a caller passes for out_dtype-like
 # parameters (any other torch.<name> could fail at the generated module's import).
-# Builtins a module-level name of a compat module would shadow for its own code (isinstance, ValueError).
-BUILTIN_NAMES = frozenset(dir(builtins))
 TORCH_DEFAULTS = frozenset({"bfloat16", "float16", "float32", "float64", "half", "float", "double", "uint8", "int8",
                             "int16", "int32", "int64", "bool", "float8_e4m3fn", "float8_e5m2"})
+# Builtins a module-level name of a compat module would shadow for its own code (isinstance, ValueError).
+BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
