@@ -13,6 +13,9 @@ a helper patched earlier in it. A helper that sees a module not yet patched in t
 helper called outside any launch, is patched as before. What runs does not change: the functions
 in place are the same either way, since a helper's patch is never undone.
 
+It also keeps ``interpreter._get_np_dtype``'s answer per element type, which that function
+computes afresh at every call from a table it builds each time (the same answers, pure).
+
 Applied only under TRITON_INTERPRET=1 and only where the interpreter has the structure described
 (Triton 3.6 to 3.9); otherwise the interpreter is left as it is.
 """
@@ -24,6 +27,8 @@ import triton.language as tl
 from triton.runtime import interpreter
 
 _original = getattr(interpreter, "_patch_lang", None)
+_np_dtype = getattr(interpreter, "_get_np_dtype", None)
+_np_dtypes: dict = {}    # element type -> the numpy dtype the interpreter holds its values in
 _executor = getattr(interpreter, "GridExecutor", None)
 _launch = getattr(_executor, "__call__", None)
 _launches: list = []     # per running launch (they do not nest): [its kernel, the modules patched so far]
@@ -63,6 +68,19 @@ def _run_launch(self, *args, **kwargs):
         _launches.pop()
 
 
+def _get_np_dtype_once(tt_dtype):
+    # interpreter._get_np_dtype builds its table of 19 numpy dtypes at every call (about 9% of an
+    # append test's time); its answer for a block is its element type's, so each is computed once.
+    element = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+    try:
+        return _np_dtypes[element]
+    except KeyError:
+        found = _np_dtypes[element] = _np_dtype(element)
+        return found
+    except TypeError:                 # an unhashable type (a pointer): asked of the interpreter each time
+        return _np_dtype(tt_dtype)
+
+
 def install() -> bool:
     """Patch once per launch; False (nothing changed) where the interpreter is not as expected."""
     if _original is None or _launch is None or not hasattr(interpreter, "_LangPatchScope"):
@@ -71,4 +89,6 @@ def install() -> bool:
         return False
     interpreter._patch_lang = _patch_lang_once
     _executor.__call__ = _run_launch
+    if _np_dtype is not None:
+        interpreter._get_np_dtype = _get_np_dtype_once
     return True

@@ -286,6 +286,23 @@ def test_interpreter_patches_the_language_once_per_launch(monkeypatch):
         assert tl.load is load and not interpreter_patch_once._launches
 
 
+@pytest.mark.skipif(ON_GPU, reason="checks the CPU interpreter patch")
+def test_interpreter_numpy_dtypes_are_the_interpreters():
+    """The patch's cached _get_np_dtype answers as Triton's own for every element type, blocks of
+    them and pointers (unhashable: asked of Triton each time), the first time and from the cache."""
+    from triton.runtime import interpreter
+
+    from tests import interpreter_patch_once
+    assert interpreter._get_np_dtype is interpreter_patch_once._get_np_dtype_once
+    original = interpreter_patch_once._np_dtype
+    elements = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64, tl.float16,
+                tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv, tl.pointer_type(tl.float32)]
+    types = elements + [tl.block_type(e, [4, 2]) for e in elements]
+    for _ in range(2):
+        assert [interpreter._get_np_dtype(t) for t in types] == [original(t) for t in types]
+    assert interpreter._get_np_dtype(tl.bfloat16) == torch.empty(0, dtype=torch.uint16).numpy().dtype
+
+
 @pytest.mark.parametrize("element", ["fp8_e4m3fn", "fp8_e5m2"])
 def test_fp16_rescale_route(element):
     """The seq-blocked append's rescale on sm_90 (_rescale_words: codes to f16x2, mul.rn.f16x2 by the
