@@ -221,7 +221,8 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
     "trim": Field(MapOf(Str(pattern=r"[a-z_][a-z0-9_]*", what="a parameter name"), key_pattern=r"[a-z_][a-z0-9_]*"),
                   "{tensor parameter: the parameter whose length counts the seed's tokens}: rows of the first past the "
                   "second's length are dropped before the call, as the seed never reads them (vLLM takes num_tokens "
-                  "from slot_mapping, and passes key rows padded for CUDA graphs)", {}),
+                  "from slot_mapping, and passes key rows padded for CUDA graphs); an error about a dropped-from tensor "
+                  "notes that its shapes are of the rows read", {}),
     "raw_cache": Field(Bool(), "the seed takes its cache tensors as raw contiguous buffers of whole pages in any "
                        "shape (sglang's pool.view(-1, heads, values), a flat scale buffer): pass them as the layout's "
                        "RawCache, which also takes token-major and flat tensors (their page size is then checked only "

@@ -828,6 +828,21 @@ class CompatFunction:
         return tuple((k, f"{self.layout}.RawCache({src[len(cache):]}" if self.raw_cache and k == "cache" else src)
                      for k, src in self.args)
 
+    @property
+    def error_source(self) -> str | None:
+        """The expression the function raises for the op's ValueError `error`, in the caller's terms:
+        renamed, the page size named as read off a tensor, trimmed tensors noted; None where the
+        op's error is already in those terms."""
+        if not (self.renames or self.trim):
+            return None
+        source = f"_renamed(error, {dict(self.renames)!r})" if self.renames else "error"
+        if self.page_size_from:
+            source = f"_read_page_size({source}, {', '.join(map(repr, self.page_size_from))})"
+        if self.trim:
+            counters = ", ".join(counter for _, counter in self.trim) + ("," if len(self.trim) == 1 else "")
+            source = f"_as_read({source}, _passed, {self.trim!r}, ({counters}))"
+        return source
+
 
 @dataclass(frozen=True)
 class Compat:

@@ -128,7 +128,7 @@ RUNTIME_OPTIONAL = {
     "append_host": {},
     "torch_ops": {},
     "compat_host": {"_read_page_size": "read_page_size", "_page_size_read_text": "read_page_size",
-                    "_first_rows": "trim"},
+                    "_first_rows": "trim", "_as_read": "trim"},
 }
 
 

@@ -934,6 +934,13 @@ def test_vllm_compat_writers_count_tokens_as_vllm_does():
     assert_same_cache(v, got, want, "reshape_and_cache_flash with padded key and value rows")
     raises(r"^key: has 2 along its first dim, fewer than the 3 tokens slot_mapping counts", flash.reshape_and_cache_flash,
            rows[:2], rows[:2], *got, slots, "fp8", *scales)
+    # an error about a trimmed tensor says its shapes are of the rows read
+    raises(r"^key: shape \(3, 1, 64\) differs from value's \(3, 2, 64\) \(shapes as read: key's first 3 of its 5 rows, "
+           r"one per token slot_mapping counts; value's first 3 of its 5 rows, one per token slot_mapping counts\)$",
+           flash.reshape_and_cache_flash, rows[:, :1], rows, *got, slots, "fp8", *scales)
+    raises(r"^key: shape \(3, 1, 64\) differs from value's \(3, 2, 64\) \(shapes as read: key's first 3 of its 5 rows, "
+           r"one per token slot_mapping counts\)$", flash.reshape_and_cache_flash, rows[:, :1], rows[:3], *got, slots,
+           "fp8", *scales)
     m = module("vllm_ds_mla")
     want, got = (torch.zeros(2, 16, 656, dtype=torch.uint8, device=DEVICE) for _ in range(2))
     kv_c, k_pe = scaled_normal((5, 512), gen).to(DEVICE), scaled_normal((5, 64), gen).to(DEVICE)
@@ -942,6 +949,8 @@ def test_vllm_compat_writers_count_tokens_as_vllm_does():
     assert_same_cache(m, (got,), (want,), "concat_and_cache_mla with padded rows")
     mla.concat_and_cache_ds_mla(kv_c, k_pe, got, slots)
     assert_same_cache(m, (got,), (want,), "concat_and_cache_ds_mla with padded rows")
+    raises(r"^kv_c: .*\(shapes as read: kv_c's first 3 of its 5 rows, one per token slot_mapping counts\)$",
+           mla.concat_and_cache_mla, kv_c[:, :256], k_pe, got, slots, "fp8_ds_mla", None)
     ind = module("ds32_indexer")
     want, got = (torch.zeros(2, 16, 132, dtype=torch.uint8, device=DEVICE) for _ in range(2))
     k = scaled_normal((3, 128), gen).to(DEVICE)
@@ -951,6 +960,8 @@ def test_vllm_compat_writers_count_tokens_as_vllm_does():
     assert_same_cache(ind, (got,), (want,), "indexer_k_quant_and_cache with slot entries past k's rows")
     raises(r"^slot_mapping: has 2 along its first dim, fewer than the 3 tokens k counts", ds32.indexer_k_quant_and_cache,
            k, got, slots[:2], 128, "")
+    raises(r"^slot_mapping: expected 1 dims, got shape \(3, 1\) \(shapes as read: slot_mapping's first 3 of its 5 rows, "
+           r"one per token k counts\)$", ds32.indexer_k_quant_and_cache, k, got, padded[:, None], 128, "")
 
 
 def test_compat_writer_takes_e8m0_scale_tensors_as_the_seed_did():

@@ -32,6 +32,19 @@ def _first_rows(t, counter, names: tuple):
     return t[:counter.shape[0]]
 
 
+def _as_read(error: ValueError, given: tuple, trim: tuple, counters: tuple) -> ValueError:
+    """error (in the caller's terms) with a note where it names a tensor _first_rows cut: the shapes
+    in its text are of the rows read, not of the tensor passed. given: the tensors as passed, in the
+    order of trim's (parameter, counter) pairs; counters: the counter tensors, in the same order."""
+    text, cut = str(error), []
+    for t, (name, counter), rows in zip(given, trim, counters):
+        if not (isinstance(t, torch.Tensor) and isinstance(rows, torch.Tensor) and t.dim() and rows.dim()):
+            continue
+        if t.shape[0] > rows.shape[0] and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
+            cut.append(f"{name}'s first {rows.shape[0]} of its {t.shape[0]} rows, one per token {counter} counts")
+    return ValueError(f"{text} (shapes as read: {'; '.join(cut)})") if cut else error
+
+
 def _renamed(error: ValueError, names: dict) -> ValueError:
     """The layout op's ValueError in the caller's terms: the argument it starts with (the text before
     ': ') and the other arguments it mentions become the compat function's parameters, or the

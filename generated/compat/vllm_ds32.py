@@ -31,6 +31,7 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
         raise ValueError(f"quant_block_size: {quant_block_size!r} is not supported here (supported: 128)")
     if scale_fmt not in ('', None):
         raise ValueError(f"scale_fmt: {scale_fmt!r} is not supported here (supported: '', None)")
+    _passed = slot_mapping,   # as the caller passed them, for errors
     slot_mapping = _first_rows(slot_mapping, k, ("slot_mapping", "k"))   # the seed counts tokens by k
     try:
         _page_size = kv_cache.shape[1]
@@ -39,7 +40,7 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
     try:
         return ds32_indexer.quantize_store(k=k, loc=slot_mapping, cache=ds32_indexer.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]') from None
+        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('slot_mapping', 'k'),), (k,)) from None
 
 
 def _described(value) -> str:
@@ -60,6 +61,19 @@ def _first_rows(t, counter, names: tuple):
         raise ValueError(f"{names[0]}: has {t.shape[0]} along its first dim, fewer than the {counter.shape[0]} "
                          f"tokens {names[1]} counts (one per token)")
     return t[:counter.shape[0]]
+
+
+def _as_read(error: ValueError, given: tuple, trim: tuple, counters: tuple) -> ValueError:
+    """error (in the caller's terms) with a note where it names a tensor _first_rows cut: the shapes
+    in its text are of the rows read, not of the tensor passed. given: the tensors as passed, in the
+    order of trim's (parameter, counter) pairs; counters: the counter tensors, in the same order."""
+    text, cut = str(error), []
+    for t, (name, counter), rows in zip(given, trim, counters):
+        if not (isinstance(t, torch.Tensor) and isinstance(rows, torch.Tensor) and t.dim() and rows.dim()):
+            continue
+        if t.shape[0] > rows.shape[0] and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
+            cut.append(f"{name}'s first {rows.shape[0]} of its {t.shape[0]} rows, one per token {counter} counts")
+    return ValueError(f"{text} (shapes as read: {'; '.join(cut)})") if cut else error
 
 
 def _renamed(error: ValueError, names: dict) -> ValueError:

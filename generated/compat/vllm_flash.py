@@ -30,6 +30,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     """
     if kv_cache_dtype not in ('fp8', 'fp8_e4m3'):
         raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} is not supported here (supported: 'fp8', 'fp8_e4m3')")
+    _passed = key, value,   # as the caller passed them, for errors
     key = _first_rows(key, slot_mapping, ("key", "slot_mapping"))   # the seed counts tokens by slot_mapping
     value = _first_rows(value, slot_mapping, ("value", "slot_mapping"))   # the seed counts tokens by slot_mapping
     try:
@@ -39,7 +40,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     try:
         return vllm_fp8.quantize_store(k=key, v=value, loc=slot_mapping, cache=vllm_fp8.Cache(k_cache=key_cache, v_cache=value_cache), page_size=_page_size, k_scale=k_scale, v_scale=v_scale)
     except ValueError as error:   # in this function's terms
-        raise _read_page_size(_renamed(error, {'k': 'key', 'v': 'value', 'loc': 'slot_mapping', 'cache.k_cache': 'key_cache', 'cache.v_cache': 'value_cache', 'page_size': 'key_cache.shape[1]'}), 'key_cache', 'key_cache.shape[1]') from None
+        raise _as_read(_read_page_size(_renamed(error, {'k': 'key', 'v': 'value', 'loc': 'slot_mapping', 'cache.k_cache': 'key_cache', 'cache.v_cache': 'value_cache', 'page_size': 'key_cache.shape[1]'}), 'key_cache', 'key_cache.shape[1]'), _passed, (('key', 'slot_mapping'), ('value', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
 
 
 def _described(value) -> str:
@@ -60,6 +61,19 @@ def _first_rows(t, counter, names: tuple):
         raise ValueError(f"{names[0]}: has {t.shape[0]} along its first dim, fewer than the {counter.shape[0]} "
                          f"tokens {names[1]} counts (one per token)")
     return t[:counter.shape[0]]
+
+
+def _as_read(error: ValueError, given: tuple, trim: tuple, counters: tuple) -> ValueError:
+    """error (in the caller's terms) with a note where it names a tensor _first_rows cut: the shapes
+    in its text are of the rows read, not of the tensor passed. given: the tensors as passed, in the
+    order of trim's (parameter, counter) pairs; counters: the counter tensors, in the same order."""
+    text, cut = str(error), []
+    for t, (name, counter), rows in zip(given, trim, counters):
+        if not (isinstance(t, torch.Tensor) and isinstance(rows, torch.Tensor) and t.dim() and rows.dim()):
+            continue
+        if t.shape[0] > rows.shape[0] and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
+            cut.append(f"{name}'s first {rows.shape[0]} of its {t.shape[0]} rows, one per token {counter} counts")
+    return ValueError(f"{text} (shapes as read: {'; '.join(cut)})") if cut else error
 
 
 def _renamed(error: ValueError, names: dict) -> ValueError:

@@ -32,6 +32,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     """
     if kv_cache_dtype not in ('fp8_ds_mla',):
         raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} is not supported here (supported: 'fp8_ds_mla')")
+    _passed = kv_c, k_pe,   # as the caller passed them, for errors
     kv_c = _first_rows(kv_c, slot_mapping, ("kv_c", "slot_mapping"))   # the seed counts tokens by slot_mapping
     k_pe = _first_rows(k_pe, slot_mapping, ("k_pe", "slot_mapping"))   # the seed counts tokens by slot_mapping
     try:
@@ -41,7 +42,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     try:
         return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]') from None
+        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('kv_c', 'slot_mapping'), ('k_pe', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
 
 
 def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
@@ -51,6 +52,7 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
 
     Calls vllm_ds_mla.quantize_store.
     """
+    _passed = kv_c, k_pe,   # as the caller passed them, for errors
     kv_c = _first_rows(kv_c, slot_mapping, ("kv_c", "slot_mapping"))   # the seed counts tokens by slot_mapping
     k_pe = _first_rows(k_pe, slot_mapping, ("k_pe", "slot_mapping"))   # the seed counts tokens by slot_mapping
     try:
@@ -60,7 +62,7 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
     try:
         return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]') from None
+        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('kv_c', 'slot_mapping'), ('k_pe', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
 
 
 def _described(value) -> str:
@@ -81,6 +83,19 @@ def _first_rows(t, counter, names: tuple):
         raise ValueError(f"{names[0]}: has {t.shape[0]} along its first dim, fewer than the {counter.shape[0]} "
                          f"tokens {names[1]} counts (one per token)")
     return t[:counter.shape[0]]
+
+
+def _as_read(error: ValueError, given: tuple, trim: tuple, counters: tuple) -> ValueError:
+    """error (in the caller's terms) with a note where it names a tensor _first_rows cut: the shapes
+    in its text are of the rows read, not of the tensor passed. given: the tensors as passed, in the
+    order of trim's (parameter, counter) pairs; counters: the counter tensors, in the same order."""
+    text, cut = str(error), []
+    for t, (name, counter), rows in zip(given, trim, counters):
+        if not (isinstance(t, torch.Tensor) and isinstance(rows, torch.Tensor) and t.dim() and rows.dim()):
+            continue
+        if t.shape[0] > rows.shape[0] and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
+            cut.append(f"{name}'s first {rows.shape[0]} of its {t.shape[0]} rows, one per token {counter} counts")
+    return ValueError(f"{text} (shapes as read: {'; '.join(cut)})") if cut else error
 
 
 def _renamed(error: ValueError, names: dict) -> ValueError:
