@@ -257,11 +257,30 @@ def vllm_ds_mla(x: torch.Tensor) -> torch.Tensor:
     return _v32_record(codes, scale, x)
 
 
+def sglang_ds32_mla(x: torch.Tensor) -> torch.Tensor:
+    """sglang nsa quant_k_cache.py, its Triton writer (_quantize_k_cache_fast_kernel), restated in
+    IEEE fp32: per 128 latent values s = amax / 448 (tl.max of |x|: NaN-skipping; no floor, not a
+    power of two), codes (x * (1 / s)) clamped to +-448 and converted to e4m3 nearest even."""
+    t = x[:, :512].float().unflatten(-1, (4, 128))
+    s = (amax_fmaxf(t).double() / 448).float()
+    inverse = (1.0 / s.double()).float()
+    codes = satfinite_e4m3((t.double() * inverse.double()[..., None]).float()).flatten(-2)
+    return _v32_record(codes, s, x)
+
+
 def ds32_mla_records(x: torch.Tensor, page: int = 64) -> torch.Tensor:
     """The spec's records of rows x at slots 0.., in vLLM's (num_blocks, block_size, 656) cache."""
     m = module("ds32_mla")
     cache = m.Cache(torch.full((-(-x.shape[0] // page), page, 656), 0xA5, dtype=torch.uint8))
     m.quantize_store_ref(x, torch.arange(x.shape[0]), cache, page)
+    return cache.k_cache.view(-1, 656)[: x.shape[0]]
+
+
+def vllm_ds_mla_records(x: torch.Tensor, page: int = 64) -> torch.Tensor:
+    """vllm_ds_mla's records of rows x at slots 0.., from the latent and rope parts of x."""
+    m = module("vllm_ds_mla")
+    cache = m.Cache(torch.full((-(-x.shape[0] // page), page, 656), 0xA5, dtype=torch.uint8))
+    m.quantize_store_ref(x[:, None, :512], x[:, None, 512:], torch.arange(x.shape[0]), cache, page)
     return cache.k_cache.view(-1, 656)[: x.shape[0]]
 
 
@@ -306,6 +325,40 @@ def test_ds32_mla_differs_from_vllms_writer_where_its_scale_is_no_power_of_two()
     scale = torch.clamp_min((amax_fmaxf(tiles).double() / 448).float(), 2.0 ** -126)
     power_of_two = ((scale.view(torch.int32) & 0x7FFFFF) == 0) & (scale >= 2.0 ** -13)
     assert torch.equal(differ[finite], ~power_of_two[finite])
+
+
+def test_ds32_mla_differs_from_sglangs_writer_where_its_scale_is_no_power_of_two():
+    """sglang's fp8_ds_mla writer stores amax / 448 itself, unfloored, and multiplies by its
+    reciprocal: a finite tile with a nonzero amax differs exactly where that quotient is not a power
+    of two of at least 2^-13 (where it is one, the reciprocal is exact and the codes are the spec's).
+    Zero and non-finite tiles are not compared: there s = 0 or inf makes x * (1 / s) NaN, and what
+    tl.clamp does with a NaN is not modelled."""
+    x = peer_rows(576, 35)
+    tiles = x[:, :512].float().unflatten(-1, (4, 128))
+    differ = _v32_tiles_differ(ds32_mla_records(x), sglang_ds32_mla(x))
+    amax = amax_fmaxf(tiles)
+    compared = ~tiles_with(tiles, lambda t: ~t.isfinite()) & (amax > 0)
+    scale = (amax.double() / 448).float()
+    power_of_two = ((scale.view(torch.int32) & 0x7FFFFF) == 0) & (scale >= 2.0 ** -13)
+    assert bool(power_of_two[compared].any()) and not bool(power_of_two[compared].all())
+    assert torch.equal(differ[compared], ~power_of_two[compared])
+
+
+def test_vllm_ds_mla_differs_from_sglangs_writer_by_its_reciprocal():
+    """vllm_ds_mla is the spec closest to sglang's writer: on every finite tile whose amax / 448 is at
+    least FLT_MIN (vLLM's floor) the fp32 scales are equal, and codes differ only by one step, only where
+    the scale is not a power of two (x * (1 / s) rounds twice, x / s once)."""
+    x = peer_rows(576, 35)
+    tiles = x[:, :512].float().unflatten(-1, (4, 128))
+    ours, theirs = vllm_ds_mla_records(x), sglang_ds32_mla(x)
+    scale = (amax_fmaxf(tiles).double() / 448).float()
+    compared = ~tiles_with(tiles, lambda t: ~t.isfinite()) & (scale >= 2.0 ** -126)
+    assert torch.equal(ours[:, 512:528].view(-1, 4, 4)[compared], theirs[:, 512:528].view(-1, 4, 4)[compared])
+    codes = (ours[:, :512] != theirs[:, :512]).unflatten(-1, (4, 128)) & compared[..., None]
+    power_of_two = (scale.view(torch.int32) & 0x7FFFFF) == 0
+    assert codes.any() and not codes[power_of_two].any()
+    step = (ours[:, :512].to(torch.int32) - theirs[:, :512].to(torch.int32)).abs().unflatten(-1, (4, 128))[codes]
+    assert bool((step == 1).all())
 
 
 def test_vllm_ds_mla_is_vllms_concat_and_cache_mla():

@@ -154,7 +154,7 @@ SEMANTIC = [
      "ds32_mla", ["record[2].scales", "already stored at record byte 512"]),
     ("inline scales also in a region", edit(SHIPPED["ds32_mla"], "- {holds: records, order: [slot, head]}",
                                             "- {holds: records, order: [slot, head]}\n    - {holds: nope, order: [slot, head, scale]}"),
-     "ds32_mla", ["buffers.cache[1].holds", "stored in the record (line 13)", "remove this region"]),
+     "ds32_mla", ["buffers.cache[1].holds", "stored in the record (line 14)", "remove this region"]),
     ("inline fp32 scales misaligned", edit(SHIPPED["ds32_mla"], "  - {scales: nope}",
                                            "  - {name: pad, values: 1, dtype: bf16}\n  - {scales: nope}"),
      "ds32_mla", ["fp32 scales of 'nope' start at record byte 514", "not a multiple of 4"]),
