@@ -860,7 +860,8 @@ class Compat:
     def needs(self) -> frozenset:
         """The optional compat_host helpers the functions call (render.RUNTIME_OPTIONAL)."""
         return frozenset(({"read_page_size"} if any(f.page_size_from for f in self.functions) else set())
-                         | ({"trim"} if any(f.trim for f in self.functions) else set()))
+                         | ({"trim"} if any(f.trim for f in self.functions) else set())
+                         | ({"require"} if any(f.require for f in self.functions) else set()))
 
 
 def op_params(layout: Layout, op: str) -> tuple:

@@ -73,7 +73,7 @@ def _env() -> jinja2.Environment:
 # (Layout.needs).
 RUNTIME_OPTIONAL = {
     "checks": {"_round_up": "round_up", "_prepare_store": ("store_rows", "append"),
-               "_odd_source": ("store_rows", "append"), "_prepare_store_inputs": "store_parts", "_check_rows": "store_checks",
+               "_odd_source": ("store_rows", "store_parts", "append"), "_prepare_store_inputs": "store_parts", "_check_rows": "store_checks",
                "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group", "_scale_word_bytes": "word_scales",
                "_check_given_scales": ("store_checks", "given_checks"),
@@ -128,7 +128,7 @@ RUNTIME_OPTIONAL = {
     "append_host": {},
     "torch_ops": {},
     "compat_host": {"_read_page_size": "read_page_size", "_page_size_read_text": "read_page_size",
-                    "_first_rows": "trim", "_as_read": "trim"},
+                    "_first_rows": "trim", "_as_read": "trim", "_supported": "require"},
 }
 
 

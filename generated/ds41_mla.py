@@ -614,15 +614,17 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
     return tuple(views), geo, num_pages
 
 
-def _odd_source(first: tuple, later: tuple, loc, cache) -> tuple:
-    """(odd, other) of two sources of different shapes, each (plane, shape): the first source is the
-    odd one where it, and not the later one, disagrees with the call's (tokens, heads, values) as loc
-    and the cache give them; else the later one (also where they cannot be read)."""
+def _odd_source(first: tuple, later: tuple, loc, cache, dims: int = 3) -> tuple:
+    """(odd, other) of two sources of different shapes, each (name, shape), compared on their first
+    `dims` dims: the first source is the odd one where it, and not the later one, disagrees with the
+    call's (tokens, heads, values) as loc and the cache give them; else the later one (also where
+    they cannot be read)."""
     try:
-        want = (loc.shape[0], *_cache_dims(cache))
+        want = (loc.shape[0], *_cache_dims(cache))[:dims]
     except (AttributeError, IndexError, TypeError, ValueError):
         return later, first
-    return (first, later) if tuple(first[1]) != want and tuple(later[1]) == want else (later, first)
+    agree = [tuple(shape[:dims]) == want for _, shape in (first, later)]
+    return (first, later) if agree == [False, True] else (later, first)
 
 
 @functools.lru_cache(maxsize=16)
@@ -810,9 +812,9 @@ def _guards_sound() -> bool:
     if _TensorGuards is None:
         return False
     try:
-        t = torch.zeros(2, 3)
+        t = torch.zeros(2, 3, device="cpu")           # (not torch's default device, which may be meta)
         guard = _TensorGuards(t, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
-        others = (t.double(), torch.zeros(3, 2), t.t().contiguous().t(), torch.zeros(2, 4)[:, :3])
+        others = (t.double(), torch.zeros(3, 2, device="cpu"), t.t().contiguous().t(), torch.zeros(2, 4, device="cpu")[:, :3])
         return guard.check(t) is True and not any(guard.check(u) for u in others)
     except Exception:         # any failure of the probe: no guards
         return False
@@ -2032,8 +2034,9 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     num_pages = _prepare_reset(cache, page_ids, page_size)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
-    for t in cache:
-        t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+    with _ref_mode(cache):
+        for t in cache:
+            t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
 # The fake (shape-only) outputs of the ops that return tensors, from their Python arguments.
@@ -2239,8 +2242,19 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
         return x.to(dtype)
     y = x.to(dtype)
     bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
-    nan = torch.tensor(_F32_NAN_BITS[8 * y.element_size()], dtype=torch.int64).to(bits)
-    return torch.where(y.isnan(), nan.to(y.device).view(dtype), y)
+    nan = torch.tensor(_F32_NAN_BITS[8 * y.element_size()], dtype=torch.int64, device=y.device).to(bits)
+    return torch.where(y.isnan(), nan.view(dtype), y)
+
+
+def _ref_mode(*written):
+    """The autograd mode a reference op runs in, so that it behaves as its kernel: no autograd record
+    (a scale or source that requires grad makes no output require it), and inference mode where a
+    tensor it writes (an out, a cache field; tuples are looked into) was made in inference mode:
+    a kernel writes such a tensor through its pointer, torch updates it in place only in that mode."""
+    tensors = [t for w in written for t in (w if isinstance(w, (tuple, list)) else (w,))]
+    if any(isinstance(t, torch.Tensor) and t.is_inference() for t in tensors):
+        return torch.inference_mode()
+    return torch.no_grad()
 
 
 _FP32_EXPONENT_ALL_ONES = 0x7F800000   # fp32 bits at and above which a magnitude is inf (NaN is masked out before)
@@ -2573,19 +2587,23 @@ def _ref_segments(G) -> tuple:
 
 def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
-    return _ref_gather_dequant(cache, token_ids, page_size, out)
+    with _ref_mode(out):
+        return _ref_gather_dequant(cache, token_ids, page_size, out)
 
 
 def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
-    _ref_quantize_store((k,), loc, cache, page_size)
+    with _ref_mode(cache):
+        _ref_quantize_store((k,), loc, cache, page_size)
 
 
 def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None):
     """Pure-torch twin of quantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
-    return _ref_quantize(x)
+    with _ref_mode():
+        return _ref_quantize(x)
 
 
 def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *, pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
-    return _ref_dequantize(data, scale, out_dtype)
+    with _ref_mode():
+        return _ref_dequantize(data, scale, out_dtype)

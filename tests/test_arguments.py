@@ -356,6 +356,10 @@ def test_rows_in_parts_are_checked_part_by_part():
     raises(r"^kv_c: expected 512 values per head", m.quantize_store, rows[..., :500], k_pe, loc, cache, 16)
     raises(r"^k_pe: expected 64 values per head", m.quantize_store, kv_c, rows[..., 500:], loc, cache, 16)
     raises(r"^k_pe: shape \(23, 1, 64\) has other tokens", m.quantize_store, kv_c, k_pe[1:], loc, cache, 16)
+    # the part that disagrees with loc's length is named, whichever it is
+    raises(r"^kv_c: shape \(23, 1, 512\) has other tokens or heads than k_pe's \(24, 1, 64\)$",
+           m.quantize_store, kv_c[1:], k_pe, loc, cache, 16)
+    raises(r"^kv_c: shape \(23, 1, 512\) has other tokens", m.quantize_store_ref, kv_c[1:], k_pe, loc, cache, 16)
     raises(r"^k_pe: expected 1 head", m.quantize_store, kv_c, torch.zeros(24, 2, 64, device=DEVICE), loc, cache, 16)
     inside = cache.k_cache.view(-1)[: 24 * 128].view(torch.bfloat16).view(24, 1, 64)
     raises(r"^cache.k_cache: overlaps k_pe", m.quantize_store, kv_c, inside, loc, cache, 16)
@@ -462,6 +466,53 @@ def test_references_take_every_argument_of_their_kernels(name):
     for op in m.OPS:
         kernel, ref = inspect.signature(getattr(m, op)), inspect.signature(getattr(m, f"{op}_ref"))
         assert list(kernel.parameters) == list(ref.parameters), op
+
+
+@pytest.mark.parametrize("name", ["vllm_fp8", "dsv4_k", "mxfp8_v_seqblocked"])
+def test_references_run_where_their_kernels_do(name):
+    """A reference op behaves as its kernel whatever torch's modes: sources and call-time scales that
+    require grad make no output require it; outs and caches made under inference_mode are written
+    (kernels write them through their pointers); another default device (meta) changes nothing. The
+    bytes are the kernel's in each case."""
+    m = module(name)
+    gen = generator(51)
+    heads, values, page = dims(m)
+    tokens = 6
+    loc = torch.randperm(2 * page, generator=gen)[:tokens].to(DEVICE)
+    srcs = [scaled_normal((tokens, heads, values), gen).to(DEVICE) for _ in m.PLANES]
+    writer = "append" if "append" in m.OPS else "quantize_store"
+    scales = {k: v.clone().requires_grad_() for k, v in given(m).items()}
+    grad_srcs = [s.clone().requires_grad_() for s in srcs]
+    base = fresh_cache(m, 2, page, heads, values, gen)
+    want = clone(m, base)
+    getattr(m, writer)(*sources(m, srcs), loc, want, page, **given(m))
+    with torch.inference_mode():
+        got = clone(m, base)
+    getattr(m, f"{writer}_ref")(*sources(m, grad_srcs), loc, got, page, **scales)   # an inference cache
+    assert_same_cache(m, got, want, f"{name}.{writer}_ref into an inference-mode cache")
+    page_ids = torch.tensor([1], device=DEVICE)
+    m.reset_pages_ref(got, page_ids, page)
+    m.reset_pages(want, page_ids, page)
+    assert_same_cache(m, got, want, f"{name}.reset_pages_ref of an inference-mode cache")
+    if "gather_dequant" not in m.OPS:
+        return
+    kernel = per_plane(m, m.gather_dequant(want, loc, page, **given(m)))
+    ref = per_plane(m, m.gather_dequant_ref(want, loc, page, **scales))
+    assert not any(t.requires_grad for t in ref)
+    for a, b in zip(kernel, ref, strict=True):
+        assert_same_bytes(a, b, f"{name}.gather_dequant_ref with scales that require grad")
+    with torch.inference_mode():
+        outs = tuple(torch.full_like(t, float("nan")) for t in kernel)
+    m.gather_dequant_ref(want, loc, page, out=outs if len(outs) > 1 else outs[0], **scales)
+    for a, b in zip(kernel, outs, strict=True):
+        assert_same_bytes(a, b, f"{name}.gather_dequant_ref into inference-mode outs")
+    torch.set_default_device("meta")
+    try:
+        ref = per_plane(m, m.gather_dequant_ref(want, loc, page, **given(m)))
+    finally:
+        torch.set_default_device(None)
+    for a, b in zip(kernel, ref, strict=True):
+        assert_same_bytes(a, b, f"{name}.gather_dequant_ref under a meta default device")
 
 
 # --- launch plans ---------------------------------------------------------------------------------
@@ -628,10 +679,13 @@ def test_vllm_indexer_compat_writes_the_layouts_bytes_and_refuses_other_formats(
     m.quantize_store_ref(k, slots, want, block_size)
     assert torch.equal(kv_cache.view(blocks, -1), want.k_cache)
     before = kv_cache.clone()
-    for args, name in (((64, ""), "quant_block_size"), ((128, "ue8m0"), "scale_fmt")):
+    for args, name in (((64, ""), "quant_block_size"), ((128, "ue8m0"), "scale_fmt"), ((128.0, ""), "quant_block_size"),
+                       ((True, ""), "quant_block_size"), ((128, np.array(["", ""])), "scale_fmt"), ((128, b""), "scale_fmt")):
         with pytest.raises(ValueError, match=f"^{name}: "):
             compat.indexer_k_quant_and_cache(k, kv_cache, slots, *args)
     assert torch.equal(kv_cache, before)
+    compat.indexer_k_quant_and_cache(k, kv_cache, slots, np.int64(128), None)    # an integer of any type; None
+    assert torch.equal(kv_cache, want.k_cache.view(kv_cache.shape))
 
 
 def _far_heads(heads: int, values: int, tokens: int, dtype=torch.bfloat16):

@@ -95,13 +95,13 @@ def test_compat_constants_are_the_seeds_and_agree_with_their_layouts():
 
 def test_compat_modules_carry_their_runtime_verbatim():
     """codegen/runtime/compat_host.py below its COPY marker is in every compat module as it is, its
-    optional helpers (those for a page size read off a tensor's shape, or for rows trimmed to the
-    seed's token count) where a function calls them."""
+    optional helpers (those for a page size read off a tensor's shape, for rows trimmed to the
+    seed's token count, or for a parameter's required values) where a function calls them."""
     from codegen import render
     optional = render.RUNTIME_OPTIONAL["compat_host"]
     compat = sorted(name for name in GENERATED if name.startswith("generated/compat/") and not name.endswith("__init__.py"))
     assert compat and optional
-    calls = {"read_page_size": "_read_page_size(_renamed(", "trim": " = _first_rows("}
+    calls = {"read_page_size": "_read_page_size(_renamed(", "trim": " = _first_rows(", "require": "if not _supported("}
     for name in compat:
         text = GENERATED[name]
         assert "\nimport re\n" in text

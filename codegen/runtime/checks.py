@@ -508,15 +508,17 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
     return tuple(views), geo, num_pages
 
 
-def _odd_source(first: tuple, later: tuple, loc, cache) -> tuple:
-    """(odd, other) of two sources of different shapes, each (plane, shape): the first source is the
-    odd one where it, and not the later one, disagrees with the call's (tokens, heads, values) as loc
-    and the cache give them; else the later one (also where they cannot be read)."""
+def _odd_source(first: tuple, later: tuple, loc, cache, dims: int = 3) -> tuple:
+    """(odd, other) of two sources of different shapes, each (name, shape), compared on their first
+    `dims` dims: the first source is the odd one where it, and not the later one, disagrees with the
+    call's (tokens, heads, values) as loc and the cache give them; else the later one (also where
+    they cannot be read)."""
     try:
-        want = (loc.shape[0], *_cache_dims(cache))
+        want = (loc.shape[0], *_cache_dims(cache))[:dims]
     except (AttributeError, IndexError, TypeError, ValueError):
         return later, first
-    return (first, later) if tuple(first[1]) != want and tuple(later[1]) == want else (later, first)
+    agree = [tuple(shape[:dims]) == want for _, shape in (first, later)]
+    return (first, later) if agree == [False, True] else (later, first)
 
 
 def _prepare_store_inputs(parts: tuple, loc, cache, page_size: int, scales: tuple = ()) -> tuple:
@@ -530,8 +532,9 @@ def _prepare_store_inputs(parts: tuple, loc, cache, page_size: int, scales: tupl
         part = _check_rows(name, part, device, width)
         _check_tensor(name, part, SOURCE_DTYPES)
         if views and part.shape[:2] != views[0].shape[:2]:
-            raise ValueError(f"{name}: shape {tuple(part.shape)} has other tokens or heads than {INPUTS[0][0]}'s "
-                             f"{tuple(views[0].shape)}")
+            odd, other = _odd_source((INPUTS[0][0], views[0].shape), (name, part.shape), loc, cache, dims=2)
+            raise ValueError(f"{odd[0]}: shape {tuple(odd[1])} has other tokens or heads than {other[0]}'s "
+                             f"{tuple(other[1])}")
         head, head_part = row_head.setdefault(plane, (name, part))
         if part.dtype != head_part.dtype:
             # a row's parts are one dtype, as a whole row is (a raw segment copies its bits)

@@ -19,6 +19,20 @@ def _described(value) -> str:
     return f"a {type(value).__name__}"
 
 
+def _supported(value, allowed: tuple) -> bool:
+    """Whether value is one of `allowed` (a compat function's require:), and of its kind: an integer
+    (a Python or NumPy one; not a bool, a float or a tensor) equal to an int, a str equal to a
+    string, None for None. So 128.0 is not 128, and an array is refused, not compared."""
+    for want in allowed:
+        if want is None or isinstance(want, str):
+            if value is want or (isinstance(value, str) and value == want):
+                return True
+        elif not isinstance(value, (bool, torch.Tensor)) and hasattr(type(value), "__index__"):
+            if value.__index__() == want:
+                return True
+    return False
+
+
 def _first_rows(t, counter, names: tuple):
     """t's first rows, as many as `counter` has entries: the seed takes its token count from `counter`
     (vLLM's num_tokens = slot_mapping.size(0)) and never reads rows past it (padding for CUDA graphs);

@@ -161,9 +161,9 @@ def _guards_sound() -> bool:
     if _TensorGuards is None:
         return False
     try:
-        t = torch.zeros(2, 3)
+        t = torch.zeros(2, 3, device="cpu")           # (not torch's default device, which may be meta)
         guard = _TensorGuards(t, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
-        others = (t.double(), torch.zeros(3, 2), t.t().contiguous().t(), torch.zeros(2, 4)[:, :3])
+        others = (t.double(), torch.zeros(3, 2, device="cpu"), t.t().contiguous().t(), torch.zeros(2, 4, device="cpu")[:, :3])
         return guard.check(t) is True and not any(guard.check(u) for u in others)
     except Exception:         # any failure of the probe: no guards
         return False

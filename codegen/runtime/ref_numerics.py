@@ -77,5 +77,5 @@ def _ref_cast(x: torch.Tensor, dtype: torch.dtype, computed: bool) -> torch.Tens
         return x.to(dtype)
     y = x.to(dtype)
     bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
-    nan = torch.tensor(_F32_NAN_BITS[8 * y.element_size()], dtype=torch.int64).to(bits)
-    return torch.where(y.isnan(), nan.to(y.device).view(dtype), y)
+    nan = torch.tensor(_F32_NAN_BITS[8 * y.element_size()], dtype=torch.int64, device=y.device).to(bits)
+    return torch.where(y.isnan(), nan.view(dtype), y)

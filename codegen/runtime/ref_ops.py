@@ -39,6 +39,17 @@ _ref_segments = _ref_record_row = None
 # --- COPY: everything below is copied into each generated module ------------------------------
 
 
+def _ref_mode(*written):
+    """The autograd mode a reference op runs in, so that it behaves as its kernel: no autograd record
+    (a scale or source that requires grad makes no output require it), and inference mode where a
+    tensor it writes (an out, a cache field; tuples are looked into) was made in inference mode:
+    a kernel writes such a tensor through its pointer, torch updates it in place only in that mode."""
+    tensors = [t for w in written for t in (w if isinstance(w, (tuple, list)) else (w,))]
+    if any(isinstance(t, torch.Tensor) and t.is_inference() for t in tensors):
+        return torch.inference_mode()
+    return torch.no_grad()
+
+
 _FP32_EXPONENT_ALL_ONES = 0x7F800000   # fp32 bits at and above which a magnitude is inf (NaN is masked out before)
 _FP32_MANTISSA_MASK = 0x7FFFFF
 

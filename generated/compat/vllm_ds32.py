@@ -27,9 +27,9 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
 
     Calls ds32_indexer.quantize_store.
     """
-    if quant_block_size not in (128,):
+    if not _supported(quant_block_size, (128,)):
         raise ValueError(f"quant_block_size: {quant_block_size!r} is not supported here (supported: 128)")
-    if scale_fmt not in ('', None):
+    if not _supported(scale_fmt, ('', None)):
         raise ValueError(f"scale_fmt: {scale_fmt!r} is not supported here (supported: '', None)")
     _passed = slot_mapping,   # as the caller passed them, for errors
     slot_mapping = _first_rows(slot_mapping, k, ("slot_mapping", "k"))   # the seed counts tokens by k
@@ -48,6 +48,20 @@ def _described(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return f"a {type(value).__name__}"
+
+
+def _supported(value, allowed: tuple) -> bool:
+    """Whether value is one of `allowed` (a compat function's require:), and of its kind: an integer
+    (a Python or NumPy one; not a bool, a float or a tensor) equal to an int, a str equal to a
+    string, None for None. So 128.0 is not 128, and an array is refused, not compared."""
+    for want in allowed:
+        if want is None or isinstance(want, str):
+            if value is want or (isinstance(value, str) and value == want):
+                return True
+        elif not isinstance(value, (bool, torch.Tensor)) and hasattr(type(value), "__index__"):
+            if value.__index__() == want:
+                return True
+    return False
 
 
 def _first_rows(t, counter, names: tuple):

@@ -30,7 +30,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
 
     Calls vllm_ds_mla.quantize_store.
     """
-    if kv_cache_dtype not in ('fp8_ds_mla',):
+    if not _supported(kv_cache_dtype, ('fp8_ds_mla',)):
         raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r} is not supported here (supported: 'fp8_ds_mla')")
     _passed = kv_c, k_pe,   # as the caller passed them, for errors
     kv_c = _first_rows(kv_c, slot_mapping, ("kv_c", "slot_mapping"))   # the seed counts tokens by slot_mapping
@@ -70,6 +70,20 @@ def _described(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return f"a {type(value).__name__}"
+
+
+def _supported(value, allowed: tuple) -> bool:
+    """Whether value is one of `allowed` (a compat function's require:), and of its kind: an integer
+    (a Python or NumPy one; not a bool, a float or a tensor) equal to an int, a str equal to a
+    string, None for None. So 128.0 is not 128, and an array is refused, not compared."""
+    for want in allowed:
+        if want is None or isinstance(want, str):
+            if value is want or (isinstance(value, str) and value == want):
+                return True
+        elif not isinstance(value, (bool, torch.Tensor)) and hasattr(type(value), "__index__"):
+            if value.__index__() == want:
+                return True
+    return False
 
 
 def _first_rows(t, counter, names: tuple):
