@@ -8,8 +8,10 @@ at concrete sizes (padded page bytes at every page size of a period of the paddi
 difference is breaking. What only changes how new bytes are chosen (a scale rule, its floors,
 exponent range, rounding or NaN handling) is compatible: old caches still read the same. So are new
 specs and new ops; a removed spec or op, or a compat function removed, breaks its callers. The
-revision's specs are read from the spec folders the working tree's config names (layouts of a
-folder the revision lacks count as added).
+revision's specs are read from the spec folders its own config names (the working tree's config
+file as the revision has it), so specs moved to another folder are compared, not taken for new ones;
+where the revision has no such config, from the working tree's folders (layouts of a folder the
+revision lacks then count as added).
 """
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
         _git(project.root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except GitError:
         raise GitError(f"--against {ref}: not a revision of {top}") from None
-    for folder in project.specs:
+    folders = _spec_folders_at(project, top, ref, into)
+    for folder in folders:
         where = (project.root / folder).resolve()
         if not where.is_relative_to(top.resolve()):
             raise GitError(f"spec folder {folder}: resolves to {where}, outside the git repository {top}")
@@ -81,8 +84,31 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
             target = into / folder / inner
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-    return config.Project(root=into, config=into / config.CONFIG_FILE, specs=project.specs, output=project.output,
+    return config.Project(root=into, config=into / config.CONFIG_FILE, specs=folders, output=project.output,
                           package=project.package)
+
+
+def _spec_folders_at(project: config.Project, top: Path, ref: str, into: Path) -> tuple:
+    """The spec folders `ref` kept its specs in: those its own config (the working tree's config file,
+    at ref) names, so that specs moved to another folder since are compared, not taken for new
+    ones; the working tree's folders where ref has no such config."""
+    try:
+        rel = project.config.resolve().relative_to(top.resolve()).as_posix()
+    except ValueError:                       # a config outside the repository: no revision of it
+        return project.specs
+    shown = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{rel}"], capture_output=True)
+    if shown.returncode:
+        return project.specs
+    copy = into / ".config-at-ref" / project.config.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(shown.stdout)
+    try:
+        folders = config.spec_folders(copy, config.read_table(copy))
+    except config.ConfigError as err:        # in terms of the revision's file
+        raise GitError(str(err).replace(str(copy), f"{ref}:{rel}")) from None
+    finally:
+        copy.unlink()
+    return folders if folders is not None else project.specs
 
 
 def _sizes(layout) -> list:

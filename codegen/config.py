@@ -73,6 +73,23 @@ def _read(path: Path) -> dict | None:
     return table
 
 
+def read_table(path: Path) -> dict | None:
+    """The kvlayout table of a config file (None: a pyproject.toml without one); ConfigError if unreadable."""
+    return _read(path)
+
+
+def spec_folders(path: Path, table: dict | None) -> tuple | None:
+    """The spec folders a config's table names (the default where it names none), as relative POSIX
+    paths; None for no table. Whether they exist is not checked here."""
+    if table is None:
+        return None
+    specs = table.get("specs", DEFAULTS["specs"])
+    specs = [specs] if isinstance(specs, str) else specs
+    if not isinstance(specs, list) or not specs:
+        raise ConfigError(f"{path}: specs must be a folder or a non-empty list of folders")
+    return tuple(relative_folder(path, "specs", s) for s in specs)
+
+
 def relative_folder(path: Path, key: str, value) -> str:
     """A configured folder as a POSIX path relative to the config's folder (ConfigError if it is not one)."""
     if not isinstance(value, str) or not value.strip():
@@ -103,11 +120,7 @@ def load(path: Path) -> Project:
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(KEYS)}")
     values = {**DEFAULTS, **table}
-    specs = values["specs"]
-    specs = [specs] if isinstance(specs, str) else specs
-    if not isinstance(specs, list) or not specs:
-        raise ConfigError(f"{path}: specs must be a folder or a non-empty list of folders")
-    specs = tuple(relative_folder(path, "specs", s) for s in specs)
+    specs = spec_folders(path, table)
     output = relative_folder(path, "output", values["output"])
     svg = relative_folder(path, "svg", values["svg"]) if values.get("svg") is not None else None
     package = table.get("package", PurePosixPath(output).name)     # default: the output folder's name

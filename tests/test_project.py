@@ -308,6 +308,29 @@ def test_diff_finds_every_moved_region_and_a_stricter_page_size(tmp_path):
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_follows_a_renamed_spec_folder(tmp_path):
+    """The revision's specs are read from the folders its own config named: a spec folder renamed in
+    the working tree is compared spec by spec (a breaking edit made with the move is found, and an
+    unchanged spec is no change), not taken for new layouts; a bad config at the revision is an error
+    naming it (exit 4)."""
+    root = _git_project(tmp_path)
+    git(root, "mv", "specs", "layouts")
+    (root / "kvlayout.toml").write_text('specs = "layouts"\n')
+    assert kv("diff", "--against", "HEAD", cwd=root).returncode == 0
+    spec = root / "layouts" / "dsv4_k.yaml"
+    spec.write_text(edit(spec.read_text(), "align: 576", "align: 192"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and "layouts/dsv4_k.yaml: breaking: buffer cache: page bytes" in proc.stdout, proc
+    assert "added" not in proc.stdout, proc.stdout
+    git(root, "commit", "-qam", "moved")
+    (root / "kvlayout.toml").write_text('specs = "../elsewhere"\n')
+    git(root, "commit", "-qam", "a config this kvlayout refuses")
+    (root / "kvlayout.toml").write_text('specs = "layouts"\n')
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 4 and "HEAD:kvlayout.toml: specs" in proc.stderr and "Traceback" not in proc.stderr, proc
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
 def test_diff_of_compat_calls(tmp_path):
     root = _git_project(tmp_path)
     spec = root / "specs" / "compat" / "sglang_mxfp8.yaml"
