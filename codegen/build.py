@@ -18,6 +18,7 @@ from .model import (HEADS, PAGE_SIZE, VALUES, Buffer, Compat, CompatFunction, La
                     ScaleGroup, Segment, Source, Term, op_params)
 
 FP32_MIN_NORMAL = 2.0 ** -126
+FLOOR_MAX = 3.0e38            # the largest amax_floor / scale_floor: a normal fp32 number with headroom below FLT_MAX
 MIN_GROUP_TOKENS = 8        # slots of the smallest {tokens: N} group (runtime/append.py rescales 8 slots at a time)
 OPS_BY_SCALE_KIND = {
     "values": ("gather_dequant", "quantize_store", "quantize", "dequantize"),
@@ -441,9 +442,10 @@ def _scale_groups(tree) -> dict:
         floor = g["amax_floor"]
         for key in ("amax_floor", "scale_floor"):
             value = g[key]
-            if value is not None and not (FP32_MIN_NORMAL <= value < float("inf") and value < 3.0e38):
-                raise SpecError(g.value_mark(key), f"scales.{name}.{key}: {value!r} is not a normal fp32 number",
-                                "use a value between 1.2e-38 and 3.0e38, e.g. 1.0e-30")
+            if value is not None and not FP32_MIN_NORMAL <= value <= FLOOR_MAX:
+                raise SpecError(g.value_mark(key), f"scales.{name}.{key}: {value!r} is not a normal fp32 number of "
+                                f"at most {FLOOR_MAX:.1e}", f"use a value from {FP32_MIN_NORMAL:.3e} to {FLOOR_MAX:.1e}, "
+                                "e.g. 1.0e-30")
         if g["scale_floor"] is not None and g["rule"] != "exact":
             lo_floor = math.ceil(math.log2(g["scale_floor"]))
             raise SpecError(g.key_mark("scale_floor"), f"scales.{name}.scale_floor: a {g['rule']!r} scale is a power of "
