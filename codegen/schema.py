@@ -24,6 +24,15 @@ def _show(value) -> str:
     return repr(value) if not isinstance(value, (MarkedDict, dict)) else "a mapping"
 
 
+def _numeric(text: str) -> bool:
+    """Whether a string reads as a number (a quoted one, which a type hint tells to unquote)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class Type:
     doc_name = "value"
 
@@ -172,6 +181,17 @@ class OneOf(Type):
         # a list: the list option's.
         if isinstance(value, MarkedDict):
             objs = [(option, err) for option, err in zip(self.options, errors) if isinstance(option, Obj)]
+            # keys of two alternatives ({values: N} and {tokens: N}) together: say they are alternatives
+            hit = [option for option, _ in objs if set(value) & set(option.fields)]
+            if len(hit) > 1 and set(value) <= {key for option in hit for key in option.fields}:
+                raise SpecError(mark, f"{where}: {' and '.join(o.title for o in hit)} are alternatives, got "
+                                f"{', '.join(map(str, value))} together", f"keep one of {', '.join(map(repr, value))}")
+            if objs and value and not hit:       # no option's key at all: name every option, and a close key
+                keys = [key for option, _ in objs for key in option.fields]
+                close = [c for k in value for c in difflib.get_close_matches(str(k), keys, n=1)]
+                raise SpecError(value.key_mark(next(iter(value))), f"{where}: unknown field(s) "
+                                f"{', '.join(map(repr, value))}", (f"did you mean {close[0]!r}? " if close else "")
+                                + f"write one of {', '.join(o.title for o, _ in objs)}")
             if objs:
                 raise max(objs, key=lambda oe: len(set(value) & set(oe[0].fields)))[1]
         for option, err in zip(self.options, errors):
@@ -182,9 +202,12 @@ class OneOf(Type):
         for err in errors:
             if not getattr(err, "type_mismatch", False) and not isinstance(value, (MarkedDict, MarkedList)):
                 raise err
-        # Otherwise the first option's hint that says more than the type (a range, a close name).
+        # Otherwise the first option's hint that says more than the type (a range, a close name); for a
+        # word that no option reads (heads: one), every option ("write an integer ... or 'any'").
         fix = next((err.fix for option, err in zip(self.options, errors) if err.fix and not isinstance(option, Null)),
-                   f"write {self.doc_name}")
+                   None)
+        if fix is None or (isinstance(value, str) and not _numeric(value) and "did you mean" not in fix):
+            fix = f"write {self.doc_name}"
         self.fail(value, mark, where, fix)
 
     def json(self):

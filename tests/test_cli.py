@@ -43,7 +43,13 @@ def edit(text: str, old: str, new: str) -> str:
 
 BAD_SPECS = [
     # (what, edited spec, "line:col", words the message must contain)
-    ("wrong type", edit(GOOD, "heads: 1", "heads: one"), "9:8", ["heads", "expected an integer", "'one'"]),
+    ("wrong type", edit(GOOD, "heads: 1", "heads: one"), "9:8", ["heads", "expected an integer", "'one'",
+                                                                 "(fix: write an integer in [1, 4096] or one of 'any')"]),
+    ("a quoted number", edit(GOOD, "heads: 1", 'heads: "2"'), "9:8", ["(fix: write a whole number without quotes)"]),
+    ("alternatives together", edit(GOOD, "group: {values: 64}", "group: {values: 64, tokens: 2}"), "23:12",
+     ["{values: N} and {tokens: N} are alternatives", "(fix: keep one of 'values', 'tokens')"]),
+    ("no alternative's field", edit(GOOD, "group: {values: 64}", "group: {tokenz: 2}"), "23:13",
+     ["unknown field(s) 'tokenz'", "did you mean 'tokens'? write one of {values: N}, {tokens: N}"]),
     ("unknown field", edit(GOOD, "record:", "recrod:"), "15:1", ["unknown field 'recrod'", "did you mean 'record'"]),
     ("group does not divide", edit(GOOD, "group: {values: 64}", "group: {values: 60}"), "23:12",
      ["60 does not divide", "448"]),
