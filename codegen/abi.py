@@ -89,26 +89,33 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
 
 
 def _spec_folders_at(project: config.Project, top: Path, ref: str, into: Path) -> tuple:
-    """The spec folders `ref` kept its specs in: those its own config (the working tree's config file,
-    at ref) names, so that specs moved to another folder since are compared, not taken for new
-    ones; the working tree's folders where ref has no such config."""
+    """The spec folders `ref` kept its specs in: those its own config names (in the working tree's
+    config folder: a --config file's own name, then, as config_in looks, kvlayout.toml, else a
+    pyproject.toml with the table), so that specs moved to another folder since are compared, not
+    taken for new ones; the working tree's folders where ref has no config there."""
     try:
-        rel = project.config.resolve().relative_to(top.resolve()).as_posix()
+        folder = project.config.resolve().parent.relative_to(top.resolve()).as_posix()
     except ValueError:                       # a config outside the repository: no revision of it
         return project.specs
-    shown = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{rel}"], capture_output=True)
-    if shown.returncode:
-        return project.specs
-    copy = into / ".config-at-ref" / project.config.name
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes(shown.stdout)
-    try:
-        folders = config.spec_folders(copy, config.read_table(copy))
-    except config.ConfigError as err:        # in terms of the revision's file
-        raise GitError(str(err).replace(str(copy), f"{ref}:{rel}")) from None
-    finally:
-        copy.unlink()
-    return folders if folders is not None else project.specs
+    standard = (config.CONFIG_FILE, config.PYPROJECT)
+    for name in ((project.config.name,) if project.config.name not in standard else ()) + standard:
+        rel = name if folder == "." else f"{folder}/{name}"
+        shown = subprocess.run(["git", "-C", str(top), "show", f"{ref}:{rel}"], capture_output=True)
+        if shown.returncode:
+            continue
+        copy = into / ".config-at-ref" / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(shown.stdout)
+        try:
+            folders = config.spec_folders(copy, config.read_table(copy))
+        except config.ConfigError as err:    # in terms of the revision's file
+            text = str(err).replace(str(copy), f"{ref}:{rel}").replace(str(copy.parent), f"{ref}:{folder}")
+            raise GitError(text) from None
+        finally:
+            copy.unlink()
+        if folders is not None:
+            return folders
+    return project.specs
 
 
 def _sizes(layout) -> list:

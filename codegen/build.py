@@ -444,7 +444,7 @@ def _scale_groups(tree) -> dict:
             value = g[key]
             if value is not None and not FP32_MIN_NORMAL <= value <= FLOOR_MAX:
                 raise SpecError(g.value_mark(key), f"scales.{name}.{key}: {value!r} is not a normal fp32 number of "
-                                f"at most {FLOOR_MAX:.1e}", f"use a value from {FP32_MIN_NORMAL:.3e} to {FLOOR_MAX:.1e}, "
+                                f"at most {FLOOR_MAX:.1e}", f"use a value from 1.2e-38 to {FLOOR_MAX:.1e}, "
                                 "e.g. 1.0e-30")
         if g["scale_floor"] is not None and g["rule"] != "exact":
             lo_floor = math.ceil(math.log2(g["scale_floor"]))

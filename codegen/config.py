@@ -87,7 +87,13 @@ def spec_folders(path: Path, table: dict | None) -> tuple | None:
     specs = [specs] if isinstance(specs, str) else specs
     if not isinstance(specs, list) or not specs:
         raise ConfigError(f"{path}: specs must be a folder or a non-empty list of folders")
-    return tuple(relative_folder(path, "specs", s) for s in specs)
+    specs = tuple(relative_folder(path, "specs", s) for s in specs)
+    for i, a in enumerate(specs):
+        for b in specs[i + 1:]:
+            if _overlaps(a, b):
+                raise ConfigError(f"{path}: spec folders {a!r} and {b!r} overlap; list each folder once (compat "
+                                  "specs sit in <folder>/compat/ by themselves)")
+    return specs
 
 
 def relative_folder(path: Path, key: str, value) -> str:
@@ -135,11 +141,6 @@ def load(path: Path) -> Project:
             if _overlaps(folder, s):
                 raise ConfigError(f"{path}: {key} = {folder!r} overlaps the spec folder {s!r}; kvlayout replaces "
                                   f"that folder's generated files, keep the specs elsewhere")
-    for i, a in enumerate(specs):
-        for b in specs[i + 1:]:
-            if _overlaps(a, b):
-                raise ConfigError(f"{path}: spec folders {a!r} and {b!r} overlap; list each folder once (compat "
-                                  "specs sit in <folder>/compat/ by themselves)")
     if svg and _overlaps(svg, output):
         raise ConfigError(f"{path}: svg = {svg!r} overlaps output = {output!r}; give the pictures a folder of their own")
     for s in specs:

@@ -59,11 +59,11 @@ SCALE_GROUP = Obj(title="a scale group", fields={
                   "argument (with group: tensor). See docs/numerics.md"),
     "amax_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
                         "amax is raised to at least this before the rule (1.0e-8 DSv4, 1.0e-30 MXFP8), a normal fp32 number "
-                        "up to 3.0e38; null: no floor",
+                        "up to 3.0e+38; null: no floor",
                         None),
     "scale_floor": Field(OneOf((Float(exclusive_minimum=0.0), Null())),
                          "rule exact: the scale is raised to at least this after the division, max(amax / fmax, floor) "
-                         "(vLLM per-token-head: 1.0e-6), a normal fp32 number up to 3.0e38; pow2 rules say the same with "
+                         "(vLLM per-token-head: 1.0e-6), a normal fp32 number up to 3.0e+38; pow2 rules say the same with "
                          "exponent_range; null: no floor",
                          None),
     "exponent_range": Field(OneOf((ListOf(Int(minimum=-127, maximum=127), min_items=2, max_items=2), Null())),

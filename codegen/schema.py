@@ -183,8 +183,9 @@ class OneOf(Type):
             objs = [(option, err) for option, err in zip(self.options, errors) if isinstance(option, Obj)]
             # keys of two alternatives ({values: N} and {tokens: N}) together: say they are alternatives
             hit = [option for option, _ in objs if set(value) & set(option.fields)]
-            if len(hit) > 1 and set(value) <= {key for option in hit for key in option.fields}:
-                raise SpecError(mark, f"{where}: {' and '.join(o.title for o in hit)} are alternatives, got "
+            whole = [option for option in hit if set(option.fields) <= set(value)]
+            if len(whole) > 1 and set(value) <= {key for option in whole for key in option.fields}:
+                raise SpecError(mark, f"{where}: {' and '.join(o.title for o in whole)} are alternatives, got "
                                 f"{', '.join(map(str, value))} together", f"keep one of {', '.join(map(repr, value))}")
             if objs and value and not hit:       # no option's key at all: name every option, and a close key
                 keys = [key for option, _ in objs for key in option.fields]
@@ -202,11 +203,11 @@ class OneOf(Type):
         for err in errors:
             if not getattr(err, "type_mismatch", False) and not isinstance(value, (MarkedDict, MarkedList)):
                 raise err
-        # Otherwise the first option's hint that says more than the type (a range, a close name); for a
-        # word that no option reads (heads: one), every option ("write an integer ... or 'any'").
-        fix = next((err.fix for option, err in zip(self.options, errors) if err.fix and not isinstance(option, Null)),
-                   None)
-        if fix is None or (isinstance(value, str) and not _numeric(value) and "did you mean" not in fix):
+        # Otherwise the first option's hint that says more than the type (a range, a close name); where
+        # that is a number's hint for a word (heads: one), every option ("write an integer ... or 'any'").
+        option, fix = next(((option, err.fix) for option, err in zip(self.options, errors)
+                            if err.fix and not isinstance(option, Null)), (None, f"write {self.doc_name}"))
+        if isinstance(option, (Int, Float)) and isinstance(value, str) and not _numeric(value):
             fix = f"write {self.doc_name}"
         self.fail(value, mark, where, fix)
 

@@ -680,7 +680,9 @@ def test_vllm_indexer_compat_writes_the_layouts_bytes_and_refuses_other_formats(
     assert torch.equal(kv_cache.view(blocks, -1), want.k_cache)
     before = kv_cache.clone()
     for args, name in (((64, ""), "quant_block_size"), ((128, "ue8m0"), "scale_fmt"), ((128.0, ""), "quant_block_size"),
-                       ((True, ""), "quant_block_size"), ((128, np.array(["", ""])), "scale_fmt"), ((128, b""), "scale_fmt")):
+                       ((True, ""), "quant_block_size"), ((np.array([128]), ""), "quant_block_size"),
+                       ((np.array(128), ""), "quant_block_size"), ((128, np.array(["", ""])), "scale_fmt"),
+                       ((128, b""), "scale_fmt")):
         with pytest.raises(ValueError, match=f"^{name}: "):
             compat.indexer_k_quant_and_cache(k, kv_cache, slots, *args)
     assert torch.equal(kv_cache, before)

@@ -323,11 +323,23 @@ def test_diff_follows_a_renamed_spec_folder(tmp_path):
     assert proc.returncode == 1 and "layouts/dsv4_k.yaml: breaking: buffer cache: page bytes" in proc.stdout, proc
     assert "added" not in proc.stdout, proc.stdout
     git(root, "commit", "-qam", "moved")
-    (root / "kvlayout.toml").write_text('specs = "../elsewhere"\n')
-    git(root, "commit", "-qam", "a config this kvlayout refuses")
-    (root / "kvlayout.toml").write_text('specs = "layouts"\n')
+    for bad in ('specs = "../elsewhere"\n', 'specs = ["layouts", "layouts"]\n'):
+        (root / "kvlayout.toml").write_text(bad)
+        git(root, "commit", "-qam", "a config this kvlayout refuses")
+        (root / "kvlayout.toml").write_text('specs = "layouts"\n')
+        proc = kv("diff", "--against", "HEAD", cwd=root)
+        assert proc.returncode == 4 and "HEAD:kvlayout.toml: spec" in proc.stderr, proc
+        assert "Traceback" not in proc.stderr and "kvlayout-diff-" not in proc.stderr, proc.stderr
+    git(root, "commit", "-qam", "good again")
+    # the config moved into pyproject.toml along with the folder: still followed
+    (root / "kvlayout.toml").unlink()
+    (root / "pyproject.toml").write_text('[tool.kvlayout]\nspecs = "kv"\n')
+    git(root, "mv", "layouts", "kv")
+    spec = root / "kv" / "mxfp8_kv.yaml"
+    spec.write_text(spec.read_text().replace("size_multiple_of: 32", "size_multiple_of: 64", 1))
     proc = kv("diff", "--against", "HEAD", cwd=root)
-    assert proc.returncode == 4 and "HEAD:kvlayout.toml: specs" in proc.stderr and "Traceback" not in proc.stderr, proc
+    assert proc.returncode == 1 and "kv/mxfp8_kv.yaml: breaking: page sizes" in proc.stdout, proc
+    assert "added" not in proc.stdout, proc.stdout
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")

@@ -7,6 +7,7 @@ vllm csrc/cache_kernels.cu concat_and_cache_mla / concat_and_cache_ds_mla_kernel
 """
 from __future__ import annotations
 
+import numbers
 import re
 
 import torch
@@ -74,15 +75,14 @@ def _described(value) -> str:
 
 def _supported(value, allowed: tuple) -> bool:
     """Whether value is one of `allowed` (a compat function's require:), and of its kind: an integer
-    (a Python or NumPy one; not a bool, a float or a tensor) equal to an int, a str equal to a
-    string, None for None. So 128.0 is not 128, and an array is refused, not compared."""
+    (a Python or NumPy scalar one; not a bool, a float, an array or a tensor) equal to an int, a str
+    equal to a string, None for None. So 128.0 is not 128, and an array is refused, not compared."""
     for want in allowed:
         if want is None or isinstance(want, str):
             if value is want or (isinstance(value, str) and value == want):
                 return True
-        elif not isinstance(value, (bool, torch.Tensor)) and hasattr(type(value), "__index__"):
-            if value.__index__() == want:
-                return True
+        elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == want:
+            return True
     return False
 
 
