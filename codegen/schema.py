@@ -65,7 +65,11 @@ class Int(Type):
 
     def check(self, value, mark, where):
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(value, mark, where, "write a whole number without quotes")
+            # a quoted number is told to drop the quotes; a word (or 0o1100, which YAML 1.1 reads as
+            # text) to write decimal digits
+            unquote = isinstance(value, str) and _numeric(value)
+            self.fail(value, mark, where, "write a whole number without quotes" if unquote or not isinstance(value, str)
+                      else "write a whole number in decimal digits")
         if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
             if self.minimum == self.maximum:
                 self.fail(value, mark, where, f"write {self.minimum}")

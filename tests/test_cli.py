@@ -46,6 +46,8 @@ BAD_SPECS = [
     ("wrong type", edit(GOOD, "heads: 1", "heads: one"), "9:8", ["heads", "expected an integer", "'one'",
                                                                  "(fix: write an integer in [1, 4096] or one of 'any')"]),
     ("a quoted number", edit(GOOD, "heads: 1", 'heads: "2"'), "9:8", ["(fix: write a whole number without quotes)"]),
+    ("a number YAML 1.1 reads as text", edit(GOOD, "align: 576", "align: 0o1100"), None,
+     ["expected an integer", "'0o1100'", "(fix: write a whole number in decimal digits)"]),
     ("alternatives together", edit(GOOD, "group: {values: 64}", "group: {values: 64, tokens: 2}"), "23:12",
      ["{values: N} and {tokens: N} are alternatives", "(fix: keep one of 'values', 'tokens')"]),
     ("no alternative's field", edit(GOOD, "group: {values: 64}", "group: {tokenz: 2}"), "23:13",
