@@ -31,6 +31,9 @@ def find_project(args) -> config.Project:
     """The project of a command: --config FILE, or --root DIR's config, or the nearest config at or
     above the current directory. No config is an error (never a fallback)."""
     if getattr(args, "config", None) is not None:
+        if Path(args.config).is_dir():
+            raise config.ConfigError(f"--config {args.config}: is a folder; name its config file "
+                                     f"(kvlayout.toml or pyproject.toml), or pass the folder as --root")
         if not Path(args.config).is_file():
             raise config.ConfigError(f"--config {args.config}: no such file")
         return config.load(args.config)

@@ -66,6 +66,8 @@ def test_the_config_is_found_walking_up_and_named_by_root_or_config(tmp_path):
         assert proc.returncode == 0, (args, proc.stderr)
     proc = kv("--root", str(deep), "check", cwd="/")      # --root names the config's own folder
     assert proc.returncode == 4 and "no kvlayout config there" in proc.stderr
+    proc = kv("--config", str(tmp_path), "check", cwd="/")     # a folder for --config: name its file, or --root
+    assert proc.returncode == 4 and "is a folder; name its config file" in proc.stderr and "--root" in proc.stderr
 
 
 @pytest.mark.parametrize("text, words", [
