@@ -54,7 +54,7 @@ class Project:
         return (self.output,) + ((self.svg,) if self.svg else ())
 
 
-def _read(path: Path) -> dict | None:
+def read_table(path: Path) -> dict | None:
     """The kvlayout table of a config file, or None when a pyproject.toml has none."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -71,11 +71,6 @@ def _read(path: Path) -> dict | None:
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.kvlayout] must be a table")
     return table
-
-
-def read_table(path: Path) -> dict | None:
-    """The kvlayout table of a config file (None: a pyproject.toml without one); ConfigError if unreadable."""
-    return _read(path)
 
 
 def spec_folders(path: Path, table: dict | None) -> tuple | None:
@@ -119,7 +114,7 @@ def relative_folder(path: Path, key: str, value) -> str:
 def load(path: Path) -> Project:
     """The Project of one config file (kvlayout.toml, or a pyproject.toml with [tool.kvlayout])."""
     path = Path(os.path.abspath(path))       # a linked config names this folder's project, not the link's target's
-    table = _read(path)
+    table = read_table(path)
     if table is None:
         raise ConfigError(f"{path}: has no [tool.kvlayout] table; add one, or run `kvlayout init`")
     unknown = sorted(set(table) - set(KEYS))
@@ -161,7 +156,7 @@ def config_in(directory: Path) -> Path | None:
     if (directory / CONFIG_FILE).is_file():
         return directory / CONFIG_FILE
     pyproject = directory / PYPROJECT
-    if pyproject.is_file() and _read(pyproject) is not None:
+    if pyproject.is_file() and read_table(pyproject) is not None:
         return pyproject
     return None
 
