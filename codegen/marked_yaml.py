@@ -15,7 +15,10 @@ from .errors import Mark, SpecError
 MAX_BYTES = 1 << 20          # a spec is a page of YAML; anything larger is not one
 # Plain scalars that YAML 1.1 (PyYAML) reads as something other than they look.
 _YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n"}
-_YAML11_NUMBER = re.compile(r"[-+]?(0[0-9_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?|[0-9.]*_[0-9_.]*)")
+# Hex (0x240) reads as it looks and stays; binary (0b1010) is a number in YAML 1.1 only (YAML 1.2
+# tools, the schema's language server among them, read it as text), and digit groups in any base.
+_YAML11_NUMBER = re.compile(r"[-+]?(0[0-9_]+|0b[01_]+|0x[0-9a-fA-F]*_[0-9a-fA-F_]*|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?"
+                            r"|[0-9.]*_[0-9_.]*)")
 
 
 class MarkedDict(dict):
@@ -93,7 +96,7 @@ def _check_plain_scalar(node: yaml.ScalarNode, path: str) -> None:
                         f"write true or false, or quote it ('{text}') for the word")
     if node.tag.endswith((":int", ":float")) and _YAML11_NUMBER.fullmatch(text):
         raise SpecError(_mark(path, node), f"{text!r} is read by YAML 1.1 as the number "
-                        f"{yaml.SafeLoader('').construct_object(node)!r} (octal, base 60 or digit groups)",
+                        f"{yaml.SafeLoader('').construct_object(node)!r} (octal, binary, base 60 or digit groups)",
                         "write the number in plain decimal digits, or quote it for a string")
 
 

@@ -35,6 +35,7 @@ def mutations():
         for i, old in values:
             for new, words in (("no", "boolean"), ("on", "boolean"), ("Off", "boolean"), ("YES", "boolean"),
                                ("0576", "octal"), ("0100", "octal"), ("7:28", "base 60"), ("1_024", "digit groups"),
+                               ("0b1000", "binary"), ("0x2_40", "digit groups"),
                                ("!foo 1", "tags"), ("!!int 8", "tags"), ("&a 1", "anchors")):
                 yield f"{name}-L{i + 1}-{new}", replace_value(text, i, old, new).encode(), i + 1, [words]
         first = values[0][0]
@@ -88,7 +89,8 @@ def test_quoted_and_plain_decimal_values_still_load():
     from codegen import marked_yaml
     tree = marked_yaml.load(text, "x.yaml")
     assert tree["page"]["align"] == 576
-    assert marked_yaml.load("a: 'no'\nb: '0576'\nc: 0x20\nd: 1.0e-8\n", "x.yaml") == {"a": "no", "b": "0576", "c": 32, "d": 1e-8}
+    assert marked_yaml.load("a: 'no'\nb: '0576'\nc: 0x20\nd: 1.0e-8\ne: '0b10'\n", "x.yaml") == \
+        {"a": "no", "b": "0576", "c": 32, "d": 1e-8, "e": "0b10"}
 
 
 def edit(text: str, old: str, new: str) -> str:
