@@ -9,6 +9,7 @@ from .expr import as_expr
 from .model import HEADS, PAGE_SIZE, VALUES, Layout
 
 SAMPLE_SLOTS = 4
+TENSOR_BYTES = 2 ** 62       # the most bytes a torch tensor holds (alloc_cache's bound)
 
 
 def accepts(layout: Layout, sizes: dict) -> bool:
@@ -147,6 +148,10 @@ def _ev(layout: Layout, sizes: dict):
     for expr, multiple, message in layout.runtime_checks:
         if expr.evaluate(env) % multiple:
             raise ValueError(f"{message} (page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]})")
+    for b in layout.buffers:         # alloc_cache refuses these too: no tensor holds one such page
+        if b.page_bytes.evaluate(env) >= TENSOR_BYTES:
+            raise ValueError(f"one page of {b.name} would take {b.page_bytes.evaluate(env)} bytes, more than a tensor "
+                             f"holds (2**62) (page_size={env[PAGE_SIZE]}, heads={env[HEADS]}, values={env[VALUES]})")
     return lambda e: e.evaluate(env)
 
 

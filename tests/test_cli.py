@@ -274,6 +274,16 @@ def test_explain_rejects_sizes_below_one(tmp_path):
     assert proc.returncode == 4 and "--page-size must be at least 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args", [("specs/dsv4_k.yaml", "--page-size", str(2 ** 62 // 584 + 64)),
+                                  ("specs/vllm_fp8.yaml", "--heads", str(2 ** 40), "--values", str(2 ** 30))])
+def test_explain_rejects_a_page_no_tensor_holds(args):
+    """alloc_cache refuses a page of 2**62 bytes or more, so explain draws none (its offsets would be fiction)."""
+    proc = kvlayout("explain", *args)
+    assert proc.returncode == 4 and "more than a tensor holds (2**62)" in proc.stderr and "Traceback" not in proc.stderr
+    fits = kvlayout("explain", "specs/dsv4_k.yaml", "--page-size", str(2 ** 62 // 584 - 64))
+    assert fits.returncode == 0, fits.stderr
+
+
 def test_spec_text_with_quotes_and_backslashes_stays_inside_the_docstrings(tmp_path):
     """A summary or doc holding \"\"\" or a backslash (C:\\x) is text of the generated docstring."""
     root = copy_repo(tmp_path)
