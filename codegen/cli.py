@@ -432,7 +432,8 @@ def main(argv=None) -> int:
     except SpecError as err:  # a spec problem found outside build_all
         return _report([err])
     except OSError as err:    # a file that could not be read (writes are reported by cmd_generate)
-        print(f"kvlayout {args.command}: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"kvlayout {args.command}: {where}{err.strerror or err}", file=sys.stderr)
         return EXIT_IO
     except Exception:         # a bug: say so, with the traceback, under its own exit code (never drift's 1)
         import traceback

@@ -208,3 +208,42 @@ def test_check_never_reports_drift_for_a_crash(tmp_path, error, code):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == code, (proc.stdout, proc.stderr)
     assert "differ from specs" not in proc.stderr
+
+
+def test_generate_never_replaces_a_file_of_the_users_own(tmp_path):
+    """A file without kvlayout's header where a module goes (the user's own k9.py) stops generate
+    (exit 3, nothing written, the file kept) and is named by check; an empty file, a generated one git
+    left with conflict markers, and the spec schema (JSON: no header line) are kvlayout's to replace."""
+    root = copy_repo(tmp_path)
+    mine = root / "generated" / "dsv4_k.py"
+    mine.write_text("# my own helper, not generated\n")
+    (root / "specs" / "mxfp8_kv.yaml").write_text(edit((root / "specs" / "mxfp8_kv.yaml").read_text(),
+                                                      "summary: >-\n", "summary: >-\n  Edited.\n"))
+    before = snapshot(root)
+    proc = kvlayout("generate", root=root)
+    assert proc.returncode == 3 and "generated/dsv4_k.py: a file kvlayout did not write" in proc.stderr, proc.stderr
+    assert snapshot(root) == before and leftovers(root) == []
+    proc = kvlayout("check", root=root)
+    assert proc.returncode == 1 and "a file of yours (no kvlayout header; generate will not replace it): " \
+        "generated/dsv4_k.py" in proc.stdout
+    mine.unlink()
+    assert kvlayout("generate", root=root).returncode == 0
+    good = mine.read_text()
+    for text in ("", f"<<<<<<< HEAD\n{good}=======\n{good}>>>>>>> other\n"):
+        mine.write_text(text)
+        (root / "generated" / "spec.schema.json").write_text(
+            (root / "generated" / "spec.schema.json").read_text().replace('"title"', '"title_old"', 1))
+        assert "a file of yours" not in kvlayout("check", root=root).stdout
+        assert kvlayout("generate", root=root).returncode == 0
+        assert kvlayout("check", root=root).returncode == 0
+
+
+def test_an_unwritable_template_cache_only_costs_time(tmp_path):
+    """Jinja's compiled-template cache (in the temp folder) that cannot be read or written is skipped."""
+    from codegen import render
+    blocked = tmp_path / "a-file-not-a-folder"
+    blocked.write_text("")
+    cache = render._BestEffortCache(directory=str(blocked))
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.DictLoader({"t": "{{ 1 + 1 }}"}), bytecode_cache=cache)
+    assert env.get_template("t").render() == "2"
