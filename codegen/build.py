@@ -35,7 +35,9 @@ COORDS_BY_HOLDING = {"records": ("slot", "head"), "values": ("slot", "head", "sc
 
 
 def spec_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The spec text's sha256, line breaks as \\n: a checkout with CRLF endings (git's autocrlf on
+    Windows) generates the same files (a BOM is dropped when the file is read)."""
+    return hashlib.sha256(text.replace("\r\n", "\n").replace("\r", "\n").encode()).hexdigest()
 
 
 def display_path(path: Path, root: Path) -> str:

@@ -390,3 +390,16 @@ def test_github_annotations_escape_what_ends_their_fields():
     from codegen import cli
     assert cli._github("a%b\r\nc: d, e") == "a%25b%0D%0Ac: d, e"
     assert cli._github("my,specs/x:y.yaml", True) == "my%2Cspecs/x%3Ay.yaml"
+
+
+def test_crlf_line_endings_and_a_bom_generate_the_same_files(tmp_path):
+    """A checkout with CRLF endings (git autocrlf) or a BOM is no drift: the spec digest reads line breaks as \\n."""
+    root = copy_repo(tmp_path)
+    for name in ("specs/dsv4_k.yaml", "specs/compat/sglang_dsv4.yaml"):
+        spec = root / name
+        spec.write_bytes(b"\xef\xbb\xbf" + spec.read_bytes().replace(b"\n", b"\r\n"))
+    proc = kvlayout("check", root=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    spec = root / "specs" / "dsv4_k.yaml"
+    spec.write_bytes(spec.read_bytes() + b"# edited\r\n")
+    assert kvlayout("check", root=root).returncode == 1, "a real edit is still drift"
