@@ -354,14 +354,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kvlayout {_version()}")
     root_help = "the project's directory (its config must be there; default: found from the current directory up)"
     config_help = "the project's config file (kvlayout.toml, or a pyproject.toml with [tool.kvlayout])"
-    p.add_argument("--root", type=Path, help=root_help)
-    p.add_argument("--config", type=Path, help=config_help)
+    p.given = []                             # (option, value) of each --root/--config, before or after the verb
+
+    class Given(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            p.given.append((self.dest, values))
+            setattr(namespace, self.dest, values)
+
+    p.add_argument("--root", type=Path, action=Given, help=root_help)
+    p.add_argument("--config", type=Path, action=Given, help=config_help)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def verb(name, **kwargs):
         v = sub.add_parser(name, **kwargs)
-        v.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=root_help)   # after the verb too
-        v.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=config_help)
+        v.add_argument("--root", type=Path, action=Given, default=argparse.SUPPRESS, help=root_help)   # after the verb too
+        v.add_argument("--config", type=Path, action=Given, default=argparse.SUPPRESS, help=config_help)
         return v
 
     i = verb("init", help="write kvlayout.toml, the spec schema and an example spec (in --root or here)")
@@ -416,10 +423,18 @@ def main(argv=None) -> int:
                 at = rest.index(option)
                 argv, rest = argv[:verb] + rest[at:at + 2] + argv[verb:verb + 1], rest[:at] + rest[at + 2:]
                 verb = _verb_index(argv)
-        args = parser().parse_args(argv[: verb + 1])
+        p = parser()
+        args = p.parse_args(argv[: verb + 1])
         args.rest = rest
     else:
-        args = parser().parse_args(argv)
+        p = parser()
+        args = p.parse_args(argv)
+    given = dict(p.given)
+    twice = next((dest for dest, value in p.given if given[dest] != value), None)
+    if twice or len(given) > 1:              # one project per run: never one option silently over another
+        p.error(f"--{twice} is given twice, as {' and '.join(str(v) for d, v in p.given if d == twice)}; give it once"
+                if twice else "--root and --config both name the project; give one (--config FILE, or --root DIR "
+                "for the config in DIR)")
     handler = {"generate": cmd_generate, "check": cmd_check, "lint": cmd_lint, "explain": cmd_explain,
                "diff": cmd_diff, "new": cmd_new, "bench": cmd_bench}.get(args.command)
     try:

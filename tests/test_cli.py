@@ -334,6 +334,17 @@ def test_version_usage_errors_and_root_after_the_verb(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "codegen", *argv], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1 and "changed: generated/dsv4_k.py" in proc.stdout, (argv, proc.stderr)
+    other = copy_repo(tmp_path / "other")
+    for argv, told in ((["--root", str(root), "check", "--root", str(other)], "--root is given twice"),
+                       (["--root", str(root), "check", "--config", str(other / "kvlayout.toml")], "give one"),
+                       (["check", "--config", str(root / "kvlayout.toml"), "--config=" + str(other / "kvlayout.toml")],
+                        "--config is given twice")):
+        proc = subprocess.run([sys.executable, "-m", "codegen", *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 4 and told in proc.stderr and not proc.stdout, (argv, proc.stderr)
+    proc = subprocess.run([sys.executable, "-m", "codegen", "--root", str(root), "check", "--root", str(root)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, "the same project named twice is one project"
 
 
 def test_explain_refuses_a_compat_spec():
