@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -242,7 +243,7 @@ def cmd_new(args, project: config.Project) -> int:
         print(f"kvlayout new: {rel} would not lint, so it was not written:", file=sys.stderr)
         return _report(exc.errors)
     print(f"wrote {rel}")
-    print(f"next: edit {rel}, then `kvlayout explain {rel}` and `kvlayout generate`")
+    print(f"next: edit {rel}, then `kvlayout explain {shlex.quote(rel)}` and `kvlayout generate`")
     return EXIT_OK
 
 

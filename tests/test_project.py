@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -175,6 +176,19 @@ def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     proc = kv("generate", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert {p.name for p in (tmp_path / "generated").glob("*.py")} == {"__init__.py", "example.py", "mine.py", "plain.py"}
+
+
+def test_new_prints_a_next_command_that_runs_as_pasted(tmp_path):
+    """The explain command `new` suggests runs from a subfolder as printed, a spec folder with a space in it too."""
+    root = tmp_path / "my proj"
+    root.mkdir()
+    assert kv("init", "--specs", "my specs", cwd=root).returncode == 0
+    (root / "sub dir").mkdir()
+    proc = kv("new", "a_one", "--like", "dsv4_k", cwd=root / "sub dir")
+    assert proc.returncode == 0, proc.stderr
+    command = re.search(r"`kvlayout (explain [^`]*)`", proc.stdout).group(1)
+    proc = kv(*shlex.split(command), cwd=root / "sub dir")
+    assert proc.returncode == 0 and proc.stdout.startswith("a_one (my specs/a_one.yaml)"), (command, proc.stderr)
 
 
 def test_explain_json_and_svg_are_the_same_bytes_as_the_text(tmp_path):
