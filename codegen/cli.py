@@ -43,9 +43,10 @@ def find_project(args) -> config.Project:
     return config.find(Path.cwd())
 
 
-def _report(errors, form: str = "text") -> int:
+def _report(errors, form: str = "text", root: Path | None = None) -> int:
     """Print every problem of the failing specs: text lines on stderr (path:line:col: message (fix:
-    ...)); or, on stdout, one JSON list, or GitHub Actions error annotations."""
+    ...)); or, on stdout, one JSON list, or GitHub Actions error annotations (their paths relative to
+    the workspace, the repository's root, where the project `root` lies inside it)."""
     problems = [p for err in errors for p in err.problems]
     if form == "json":
         print(json.dumps([{"file": p.mark.path if p.mark else None, "line": p.mark.line if p.mark else None,
@@ -53,13 +54,24 @@ def _report(errors, form: str = "text") -> int:
                           for p in problems], indent=1))
     elif form == "github":
         for p in problems:
-            where = f"file={_github(p.mark.path, True)},line={p.mark.line},col={p.mark.col}," if p.mark else ""
+            where = f"file={_github(_in_workspace(p.mark.path, root), True)},line={p.mark.line},col={p.mark.col}," \
+                if p.mark else ""
             text = f"{p.message} (fix: {p.fix})" if p.fix else p.message
             print(f"::error {where}title=kvlayout::{_github(text)}")
     else:
         for err in errors:
             print(err.render(), file=sys.stderr)
     return EXIT_BAD_SPEC
+
+
+def _in_workspace(path: str, root: Path | None) -> str:
+    """A spec's path as GitHub resolves an annotation's file: relative to $GITHUB_WORKSPACE (a project
+    in a subfolder of the repository gives services/kv/specs/x.yaml), else as kvlayout names it."""
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if not workspace or root is None:
+        return path
+    full, base = (root / path).resolve(), Path(workspace).resolve()
+    return full.relative_to(base).as_posix() if full.is_relative_to(base) else path
 
 
 def _github(text: str, prop: bool = False) -> str:
@@ -74,7 +86,7 @@ def cmd_lint(args, project: config.Project) -> int:
     try:
         layouts, compats = pipeline.build_all(project, args.specs or None)
     except pipeline.SpecErrors as exc:
-        return _report(exc.errors, args.format)
+        return _report(exc.errors, args.format, project.root)
     count = len(layouts) + len(compats)
     if args.format == "json":
         print("[]")

@@ -12,8 +12,11 @@ from tests.harness import ROOT
 GOOD = (ROOT / "specs" / "dsv4_k.yaml").read_text()
 
 
-def kvlayout(*args, root=ROOT):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def kvlayout(*args, root=ROOT, workspace=None):
+    """The checkout's CLI on `root`, as if in a GitHub workflow whose repository is at `workspace`."""
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_WORKSPACE"} | {"PYTHONPATH": str(ROOT)}
+    if workspace is not None:
+        env["GITHUB_WORKSPACE"] = str(workspace)
     return subprocess.run([sys.executable, "-m", "codegen", "--root", str(root), *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -318,6 +321,11 @@ def test_lint_reports_every_problem_in_three_formats(tmp_path):
     gh = kvlayout("lint", "--format", "github", root=root)
     assert gh.returncode == 2
     assert gh.stdout.splitlines()[0].startswith("::error file=specs/dsv4_k.yaml,line=9,col=8,title=kvlayout::heads: ")
+    # in a workflow, GitHub resolves file= against the repository's root: a project in a subfolder says so
+    for workspace, shown in ((tmp_path.parent, f"{tmp_path.name}/specs/dsv4_k.yaml"), (root, "specs/dsv4_k.yaml"),
+                             (tmp_path / "elsewhere", "specs/dsv4_k.yaml")):
+        gh = kvlayout("lint", "--format", "github", root=root, workspace=workspace)
+        assert gh.stdout.startswith(f"::error file={shown},line=9,col=8,"), (workspace, gh.stdout)
     assert not (root / "generated").exists()
 
 
