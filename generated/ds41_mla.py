@@ -1981,6 +1981,7 @@ def _dequantize_fake(data, scale, out_dtype=torch.bfloat16):
     _, _, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     return _dequantize_output(data, lead, geo, out_dtype)
 
+
 # --- page reset: every layout ---------------------------------------------------------------------
 @triton.jit
 def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
@@ -2037,6 +2038,7 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     with _ref_mode(cache):
         for t in cache:
             t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
 # The fake (shape-only) outputs of the ops that return tensors, from their Python arguments.

@@ -1819,6 +1819,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan, tensors)
 
+
 # --- page reset: every layout ---------------------------------------------------------------------
 @triton.jit
 def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
@@ -1875,6 +1876,7 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     with _ref_mode(cache):
         for t in cache:
             t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
 # The fake (shape-only) outputs of the ops that return tensors, from their Python arguments.

@@ -1823,6 +1823,7 @@ def _gather_dequant_fake(cache, token_ids, *args):
     outs = _gather_outputs(cache, token_ids)
     return outs[0] if len(PLANES) == 1 else outs
 
+
 # --- page reset: every layout ---------------------------------------------------------------------
 @triton.jit
 def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
@@ -1879,6 +1880,7 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     with _ref_mode(cache):
         for t in cache:
             t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
 # The fake (shape-only) outputs of the ops that return tensors, from their Python arguments.
