@@ -170,6 +170,20 @@ class Segment:
     def quantized(self) -> bool:
         return self.element is not None
 
+    # The constexpr names of this segment's numbers: scale entries per record (geometry), scale entries
+    # a tile-loop step handles (the op's launch shape), its column in a dense scale row (geometry).
+    @property
+    def tiles_name(self) -> str:
+        return f"{self.name.upper()}_TILES"
+
+    @property
+    def chunk_name(self) -> str:
+        return f"{self.name.upper()}_CHUNK"
+
+    @property
+    def dense_column_name(self) -> str:
+        return f"{self.name.upper()}_DENSE_COLUMN"
+
     @property
     def quantize_walk(self) -> str:
         """The runtime/segments.py walk that quantizes this segment: one code per byte, or two (fp4)."""
@@ -357,6 +371,11 @@ class Source:
         """The kernel's name for a row's element offset in it."""
         return f"{self.name}_row" if self.part else "x_row"
 
+    @property
+    def end(self) -> Expr:
+        """One past its last value index in the plane's row."""
+        return self.width + self.first
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -434,6 +453,12 @@ class Layout:
     def scale_kind(self) -> str | None:
         kinds = {g.kind for g in self.scales}
         return kinds.pop() if kinds else None
+
+    @property
+    def group_tokens(self) -> int:
+        """Slots that share one scale: the token group's size (a layout with token groups has one
+        quantized segment, so one group), 1 where each token has its own scales."""
+        return self.scales[0].size if self.scale_kind == "tokens" else 1
 
     def placement(self, holds: str) -> Placement:
         """Where records ("records") or a scale group's entries (its name) live."""
@@ -783,7 +808,7 @@ class Layout:
     def geometry(self) -> tuple:
         """(constexpr name, Expr) for every number a kernel needs, in emission order."""
         out = [("RECORD_BYTES", self.record_bytes)]
-        out.extend((f"{s.name.upper()}_TILES", s.scale.count) for s in self.quantized_segments)
+        out.extend((s.tiles_name, s.scale.count) for s in self.quantized_segments)
         for s in self.quantized_segments:
             if s.group_constexprs:
                 out.append((f"{s.name.upper()}_GROUP", s.values))
@@ -791,7 +816,7 @@ class Layout:
         if self.scale_kind == "values":  # the dense quantize/dequantize scale tensor
             out.append(("DENSE_SCALES", self.dense_scale_count))
             out.append(("DENSE_SCALE_BYTES", self.dense_scale_bytes))
-            out.extend((f"{s.name.upper()}_DENSE_COLUMN", column) for s, column in self.dense_scale_columns)
+            out.extend((s.dense_column_name, column) for s, column in self.dense_scale_columns)
         for b in self.buffers:
             out.append((b.page_bytes_name, b.page_bytes))
             for r in b.regions:

@@ -15,7 +15,6 @@ import jinja2
 
 from . import language
 from .explain import plane_buffers
-from .formats import FP32_BIAS, FP32_MANTISSA_BITS
 from .model import Compat, Layout, op_params
 from .schema import field_rows
 from .writer import SCHEMA_ID
@@ -81,9 +80,7 @@ def _env() -> jinja2.Environment:
     env.filters["wrap_params"] = wrap_params
     env.filters["torch_dtypes"] = lambda names: "(" + ", ".join(f"torch.{n}" for n in names) + ("," if len(names) == 1 else "") + ")"
     env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"
-    env.globals.update(FP32_BIAS=FP32_BIAS, FP32_MANTISSA_BITS=FP32_MANTISSA_BITS,
-                       FP32_2POW_MINUS_127_BITS=1 << (FP32_MANTISSA_BITS - 1), op_params=op_params,
-                       runtime=runtime_source, plane_buffers=plane_buffers)
+    env.globals.update(op_params=op_params, runtime=runtime_source, plane_buffers=plane_buffers)
     return env
 
 
