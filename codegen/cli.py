@@ -129,8 +129,10 @@ def cmd_check(args, project: config.Project) -> int:
     if diffs:
         for d in diffs:
             sys.stdout.write(d if d.endswith("\n") else d + "\n")
+        yours = sum(d.startswith(writer.OWN_FILE) for d in diffs)
         print(f"kvlayout check: {len(diffs)} file(s) under {_folders(project)} differ from the specs; "
-              "run `kvlayout generate`", file=sys.stderr)
+              + (f"move the {yours} file(s) of yours aside, then " if yours else "") + "run `kvlayout generate`",
+              file=sys.stderr)
         return EXIT_DRIFT
     print(f"kvlayout check: {len(files)} generated files match the specs")
     return EXIT_OK
@@ -203,7 +205,7 @@ def _shipped_specs() -> Path:
 
 
 def _schema_ref(project: config.Project, spec_dir: Path) -> str:
-    return Path(os.path.relpath(project.out_dir / "spec.schema.json", spec_dir)).as_posix()
+    return Path(os.path.relpath(project.out_dir / writer.SCHEMA_FILE, spec_dir)).as_posix()
 
 
 def _spec_text(project: config.Project, name: str, like: str | None) -> str:
@@ -211,7 +213,7 @@ def _spec_text(project: config.Project, name: str, like: str | None) -> str:
     modeline = f"# yaml-language-server: $schema={_schema_ref(project, spec_dir)}"
     if like is None:
         return render.render_example(name=name, schema=_schema_ref(project, spec_dir),
-                                     reference=Path(os.path.relpath(project.out_dir / "SPEC_REFERENCE.md",
+                                     reference=Path(os.path.relpath(project.out_dir / writer.REFERENCE_FILE,
                                                                     project.root)).as_posix(),
                                      path=f"{project.specs[0]}/{name}.yaml")
     candidates = [Path(like), *(project.root / s / f"{like}.yaml" for s in project.specs),
@@ -289,9 +291,16 @@ def cmd_init(args) -> int:
     text = CONFIG_TEMPLATE.format(specs=args.specs, output=args.output, package=package)
     path = root / config.CONFIG_FILE
     spec_dir = root / config.relative_folder(path, "specs", args.specs)      # (the config requires the folder to exist)
-    for folder in (spec_dir, root / config.relative_folder(path, "output", args.output)):
+    out_rel = config.relative_folder(path, "output", args.output)
+    for folder in (spec_dir, root / out_rel):
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"{folder}: exists and is not a folder; nothing written")
+    # the files init writes, and the package files generate will: none may be one of the user's own
+    ours = {f"{out_rel}/{name}": "" for name in (writer.SCHEMA_FILE, writer.REFERENCE_FILE, "__init__.py",
+                                                 f"{pipeline.COMPAT}/__init__.py")}
+    theirs = writer.foreign(root, writer.existing_files(root, (out_rel,)), ours)
+    if theirs:
+        raise UsageError(str(writer.foreign_error(theirs[0])))
     made = not spec_dir.exists()
     if made:
         spec_dir.mkdir(parents=True)
@@ -304,10 +313,10 @@ def cmd_init(args) -> int:
             spec_dir.rmdir()
         raise
     written = [path]
-    schema_file = project.out_dir / "spec.schema.json"
+    schema_file = project.out_dir / writer.SCHEMA_FILE
     schema_file.parent.mkdir(parents=True, exist_ok=True)
     schema_file.write_text(render.render_schema(), encoding="utf-8")
-    reference = project.out_dir / "SPEC_REFERENCE.md"       # the example spec's comments point to it
+    reference = project.out_dir / writer.REFERENCE_FILE      # the example spec's comments point to it
     reference.write_text(render.render_reference(), encoding="utf-8")
     written += [schema_file, reference]
     if not any(spec_dir.glob("*.yaml")):
@@ -442,12 +451,13 @@ def main(argv=None) -> int:
     else:
         p = parser()
         args = p.parse_args(argv)
-    given = dict(p.given)
-    twice = next((dest for dest, value in p.given if given[dest] != value), None)
+    given = {dest: value.resolve() for dest, value in p.given}
+    twice = next((dest for dest, value in p.given if given[dest] != value.resolve()), None)
     if twice or len(given) > 1:              # one project per run: never one option silently over another
         p.error(f"--{twice} is given twice, as {' and '.join(str(v) for d, v in p.given if d == twice)}; give it once"
-                if twice else "--root and --config both name the project; give one (--config FILE, or --root DIR "
-                "for the config in DIR)")
+                if twice else "init takes --root DIR (the folder to write kvlayout.toml in), not --config"
+                if args.command == "init" else "--root and --config both name the project; give one (--config FILE, "
+                "or --root DIR for the config in DIR)")
     handler = {"generate": cmd_generate, "check": cmd_check, "lint": cmd_lint, "explain": cmd_explain,
                "diff": cmd_diff, "new": cmd_new, "bench": cmd_bench}.get(args.command)
     try:

@@ -95,9 +95,12 @@ def _check_plain_scalar(node: yaml.ScalarNode, path: str) -> None:
         raise SpecError(_mark(path, node), f"{text!r} is read as a boolean by YAML 1.1",
                         f"write true or false, or quote it ('{text}') for the word")
     if node.tag.endswith((":int", ":float")) and _YAML11_NUMBER.fullmatch(text):
-        raise SpecError(_mark(path, node), f"{text!r} is read by YAML 1.1 as the number "
-                        f"{yaml.SafeLoader('').construct_object(node)!r} (octal, binary, base 60 or digit groups)",
-                        "write the number in plain decimal digits, or quote it for a string")
+        try:
+            read = f"the number {yaml.SafeLoader('').construct_object(node)!r}"
+        except ValueError:                   # digit groups without a digit (0x_): a number YAML cannot build
+            read = "a number"
+        raise SpecError(_mark(path, node), f"{text!r} is read by YAML 1.1 as {read} (octal, binary, base 60 or digit "
+                        "groups)", "write the number in plain decimal digits, or quote it for a string")
 
 
 def _reject_anchors_and_tags(text: str, path: str) -> None:

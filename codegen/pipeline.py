@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import build, config, explain, render
+from . import build, config, explain, render, writer
 from .errors import Mark, SpecError
 
 
@@ -169,8 +169,8 @@ def render_all(project, paths=None) -> dict:
                                                   "kvlayout generated modules, one per layout spec.", sources)
     out[f"{out_dir}/{COMPAT}/__init__.py"] = _package_init(sorted({p.stem for p in files if p.parent.name == COMPAT}),
                                                            "Drop-in modules for existing callers.", sources)
-    out[f"{out_dir}/spec.schema.json"] = render.render_schema()
-    out[f"{out_dir}/SPEC_REFERENCE.md"] = render.render_reference()
+    out[f"{out_dir}/{writer.SCHEMA_FILE}"] = render.render_schema()
+    out[f"{out_dir}/{writer.REFERENCE_FILE}"] = render.render_reference()
     return dict(sorted(out.items()))
 
 

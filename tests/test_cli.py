@@ -350,9 +350,9 @@ def test_version_usage_errors_and_root_after_the_verb(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "codegen", *argv], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 4 and told in proc.stderr and not proc.stdout, (argv, proc.stderr)
-    proc = subprocess.run([sys.executable, "-m", "codegen", "--root", str(root), "check", "--root", str(root)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1, "the same project named twice is one project"
+    proc = subprocess.run([sys.executable, "-m", "codegen", "--root", str(root), "check", "--root",
+                           os.path.relpath(root, tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, "the same project named twice (spelt two ways) is one project"
 
 
 def test_explain_refuses_a_compat_spec():
@@ -412,13 +412,17 @@ def test_github_annotations_escape_what_ends_their_fields():
 
 
 def test_crlf_line_endings_and_a_bom_generate_the_same_files(tmp_path):
-    """A checkout with CRLF endings (git autocrlf) or a BOM is no drift: the spec digest reads line breaks as \\n."""
+    """A checkout whose git writes CRLF line endings (core.autocrlf), into the specs and the generated
+    files alike, or a spec with a BOM, is no drift: the spec digest and the comparison read line breaks as \\n."""
     root = copy_repo(tmp_path)
+    for path in [*(root / "specs").rglob("*.yaml"), *(root / "generated").rglob("*.*")]:
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
     for name in ("specs/dsv4_k.yaml", "specs/compat/sglang_dsv4.yaml"):
-        spec = root / name
-        spec.write_bytes(b"\xef\xbb\xbf" + spec.read_bytes().replace(b"\n", b"\r\n"))
+        (root / name).write_bytes(b"\xef\xbb\xbf" + (root / name).read_bytes())
     proc = kvlayout("check", root=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = kvlayout("generate", root=root)
+    assert proc.returncode == 0 and "0 written, 0 removed" in proc.stdout, proc.stdout + proc.stderr
     spec = root / "specs" / "dsv4_k.yaml"
     spec.write_bytes(spec.read_bytes() + b"# edited\r\n")
     assert kvlayout("check", root=root).returncode == 1, "a real edit is still drift"

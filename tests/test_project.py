@@ -163,6 +163,14 @@ def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     example = (tmp_path / "specs" / "example.yaml").read_text()
     assert example.startswith("# yaml-language-server: $schema=../generated/spec.schema.json\n") and "name: example " in example
     assert kv("init", cwd=tmp_path).returncode == 4, "a second init writes nothing"
+    mine = tmp_path / "mine"
+    (mine / "generated").mkdir(parents=True)
+    (mine / "generated" / "SPEC_REFERENCE.md").write_text("my notes\n")
+    proc = kv("init", cwd=mine)
+    assert proc.returncode == 4 and "generated/SPEC_REFERENCE.md: a file of yours" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in mine.rglob("*")) == ["SPEC_REFERENCE.md", "generated"], "init wrote nothing"
+    proc = kv("init", "--root", ".", "--config", "kvlayout.toml", cwd=mine)
+    assert proc.returncode == 4 and "init takes --root DIR" in proc.stderr
     assert kv("new", "mine", "--like", "mxfp8_kv", cwd=tmp_path).returncode == 0
     assert "name: mine\n" in (tmp_path / "specs" / "mine.yaml").read_text()
     assert kv("new", "mine", cwd=tmp_path).returncode == 4, "new never overwrites"

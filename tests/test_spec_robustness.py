@@ -35,7 +35,7 @@ def mutations():
         for i, old in values:
             for new, words in (("no", "boolean"), ("on", "boolean"), ("Off", "boolean"), ("YES", "boolean"),
                                ("0576", "octal"), ("0100", "octal"), ("7:28", "base 60"), ("1_024", "digit groups"),
-                               ("0b1000", "binary"), ("0x2_40", "digit groups"),
+                               ("0b1000", "binary"), ("0x2_40", "digit groups"), ("0x_", "digit groups"),
                                ("!foo 1", "tags"), ("!!int 8", "tags"), ("&a 1", "anchors")):
                 yield f"{name}-L{i + 1}-{new}", replace_value(text, i, old, new).encode(), i + 1, [words]
         first = values[0][0]

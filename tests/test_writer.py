@@ -221,14 +221,20 @@ def test_generate_never_replaces_a_file_of_the_users_own(tmp_path):
                                                       "summary: >-\n", "summary: >-\n  Edited.\n"))
     before = snapshot(root)
     proc = kvlayout("generate", root=root)
-    assert proc.returncode == 3 and "generated/dsv4_k.py: a file kvlayout did not write" in proc.stderr, proc.stderr
+    assert proc.returncode == 3 and "generated/dsv4_k.py: a file of yours" in proc.stderr, proc.stderr
     assert snapshot(root) == before and leftovers(root) == []
     proc = kvlayout("check", root=root)
-    assert proc.returncode == 1 and "a file of yours (no kvlayout header; generate will not replace it): " \
-        "generated/dsv4_k.py" in proc.stdout
+    assert proc.returncode == 1 and f"{writer.OWN_FILE}: generated/dsv4_k.py" in proc.stdout
+    assert "move the 1 file(s) of yours aside, then run `kvlayout generate`" in proc.stderr
+    mine.unlink()
+    mine.symlink_to(root / "specs" / "dsv4_k.yaml")        # a symlink of the user's is theirs too
+    assert kvlayout("generate", root=root).returncode == 3 and mine.is_symlink()
+    assert f"{writer.OWN_FILE}: generated/dsv4_k.py" in kvlayout("check", root=root).stdout
     mine.unlink()
     assert kvlayout("generate", root=root).returncode == 0
     good = mine.read_text()
+    pinned = root / "generated" / "spec.schema.pinned.json"  # a copy of the schema is the user's: no orphan
+    pinned.write_bytes((root / "generated" / "spec.schema.json").read_bytes())
     for text in ("", f"<<<<<<< HEAD\n{good}=======\n{good}>>>>>>> other\n"):
         mine.write_text(text)
         (root / "generated" / "spec.schema.json").write_text(
@@ -236,6 +242,9 @@ def test_generate_never_replaces_a_file_of_the_users_own(tmp_path):
         assert "a file of yours" not in kvlayout("check", root=root).stdout
         assert kvlayout("generate", root=root).returncode == 0
         assert kvlayout("check", root=root).returncode == 0
+    assert pinned.is_file()
+    (root / "generated" / "spec.schema.json").write_text('{"mine": 1}\n')   # a schema of the user's own is theirs
+    assert kvlayout("generate", root=root).returncode == 3
 
 
 def test_an_unwritable_template_cache_only_costs_time(tmp_path):
