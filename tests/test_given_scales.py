@@ -29,17 +29,26 @@ def spec_of(name: str) -> oracle.Spec:
 def scales_of(m) -> tuple:
     """The scales a module's call-time scales are tried at: all of SCALES for given scales; for the
     global scales of two-level (NVFP4) layouts, whose kernels are slower to interpret, one of each
-    kind (inexact, smallest normal, zero, negative, NaN)."""
+    kind (inexact, smallest normal, zero, negative, infinite, NaN); then one per head, from three
+    starts in SCALES, so that with three heads each head takes every scale of SCALES once (two-level:
+    from two, the second's heads negative, infinite and NaN)."""
     two_level = any(g.two_level for g in m._REF_GROUPS.values())
-    return (0.0371, 2.0 ** -126, 0.0, -2.5, math.nan) if two_level else SCALES
+    if two_level:
+        return (0.0371, 2.0 ** -126, 0.0, -2.5, math.inf, math.nan, PER_HEAD[0], PER_HEAD[2])
+    return SCALES + PER_HEAD
+
+
+PER_HEAD = ("heads", "heads+3", "heads+6")
 
 
 def scales_for(m, value, heads: int = 1) -> dict:
-    """Every call-time scale of the module: `value` for the first, 1.5 for the others; value "heads":
-    one scale per head instead, each of SCALES in turn from a head-dependent start, for every plane."""
-    if value != "heads":
+    """Every call-time scale of the module: `value` for the first, 1.5 for the others; value
+    "heads+K": one scale per head instead, SCALES in turn from K plus a head- and argument-dependent
+    start, for every plane."""
+    if value not in PER_HEAD:
         return given(m, (value, 1.5))
-    return {name: torch.tensor([SCALES[(h + 3 * i) % len(SCALES)] for h in range(heads)], dtype=torch.float32,
+    start = int(value.partition("+")[2] or 0)
+    return {name: torch.tensor([SCALES[(start + h + 3 * i) % len(SCALES)] for h in range(heads)], dtype=torch.float32,
                                device=DEVICE) for i, name in enumerate(m._GIVEN_SCALES)}
 
 
@@ -59,7 +68,7 @@ def test_quantize_store_is_exact_for_every_scale(name):
     # The naive oracle is slow: it checks every token at two scales, and at the others every eighth
     # token and the special rows at the end (the other tokens' slots are skipped, -1, for both).
     sample = torch.where((torch.arange(tokens) % 8 == 0) | (torch.arange(tokens) >= tokens - 16), loc, -1)
-    for value in scales_of(m) + ("heads",):
+    for value in scales_of(m):
         scales = scales_for(m, value, heads)
         oracle_loc = loc if value in (0.0371, "heads") else sample
         state = oracle.CacheBytes(spec, cache, page, heads, values)
@@ -85,7 +94,7 @@ def test_gather_dequant_is_exact_for_every_scale(name, out_dtype):
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     state = oracle.CacheBytes(spec, cache, page, heads, values)
     ids = torch.arange(-2, num_pages * page + 2)               # every slot, and ids outside the cache
-    for value in scales_of(m) + ("heads",):
+    for value in scales_of(m):
         scales = scales_for(m, value, heads)
         want = oracle.gather_dequant(spec, state, ids, out_dtype, given_floats(m, scales))
         outs = tuple(torch.full((ids.numel(), heads, values), 7.0, dtype=out_dtype, device=DEVICE) for _ in m.PLANES)
