@@ -1,6 +1,9 @@
 """Every spec (shipped and test-only) against the naive oracle of tests/oracle.py, which builds the
 expected bytes from the spec's own fields with no code of codegen/: the torch reference must equal
 the oracle, and the kernel the reference, so a wrong stride or offset cannot pass both."""
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -115,3 +118,55 @@ def test_cache_sizes_match_the_oracle(name):
             for buffer in spec.buffers:
                 t = getattr(cache, spec.field(plane, buffer))
                 assert t.numel() * t.element_size() == 2 * spec.page_bytes(buffer, p, heads, values), (name, buffer, p)
+
+
+# fp32 scales a reader takes as they are: zeros, infinities, NaN, the smallest subnormal and normal,
+# the largest finite, negative ones.
+FP32_SCALES = (0.0, -0.0, math.inf, -math.inf, math.nan, 2.0 ** -149, 2.0 ** -126, 3.4028234663852886e38, -1.5, 0.75)
+
+
+def stored_groups(spec: oracle.Spec) -> list:
+    return [name for name in spec.scales if spec.group_of(name)[0] != "tensor"]
+
+
+def scale_entries(spec: oracle.Spec, name: str, page: int, heads: int, values: int) -> list:
+    """The coordinates of every stored scale entry of group `name` in one page."""
+    kind, size = spec.group_of(name, values)
+    if kind == "values":
+        return [{"slot": s, "head": h, "scale": j} for s in range(page) for h in range(heads)
+                for j in range(spec.scale_entries(name, values))]
+    return [{"block": b, "head": h, "dim": d} for b in range(page // size) for h in range(heads) for d in range(values)]
+
+
+@pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if stored_groups(spec_of(n))])
+def test_every_scale_byte_reads_as_the_oracle_says(name):
+    """Each stored scale entry, placed by the oracle, holds the next of every byte 0x00..0xFF (one-byte
+    formats: ue8m0 0x00 and 0xFF, e4m3 NaN and negative scales) or of FP32_SCALES; every slot is read
+    back (fp32 out, so nothing rounds away) by the reference, which must equal the oracle, and by the
+    kernel into a poisoned output, which must equal the reference."""
+    m, spec = module(name), spec_of(name)
+    gen = generator(34)
+    heads, values, page = dims(m)
+    groups = stored_groups(spec)
+    per_page = min(len(scale_entries(spec, g, page, heads, values)) for g in groups)
+    num_pages = max(2, -(-256 // per_page))             # room for every byte in each group
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    state = oracle.CacheBytes(spec, cache, page, heads, values)
+    for plane in spec.planes:
+        for g in groups:
+            entries = [(p, c) for p in range(num_pages) for c in scale_entries(spec, g, page, heads, values)]
+            for i, (page_id, coords) in enumerate(entries):
+                data = (np.array([FP32_SCALES[i % len(FP32_SCALES)]], dtype=np.float32).view(np.uint8)
+                        if spec.scale_bytes(g) == 4 else np.array([(i * 7 + len(plane)) % 256], dtype=np.uint8))
+                state.write(plane, g, page_id, coords, data)
+    cache = oracle_cache(m, spec, state, cache)
+    ids = torch.arange(-2, num_pages * page + 2)
+    want = oracle.gather_dequant(spec, state, ids, torch.float32, given_floats(m, given(m)))
+    outs = tuple(torch.full((ids.numel(), heads, values), 7.0, device=DEVICE) for _ in m.PLANES)
+    ref = m.gather_dequant_ref(cache, ids.to(DEVICE), page, out=outs if len(outs) > 1 else outs[0], **given(m))
+    for plane, a, b in zip(m.PLANES, per_plane(m, ref), want, strict=True):
+        assert_same_bytes(a.cpu(), b, f"{name}.gather_dequant_ref ({plane}) vs the oracle")
+    outs = tuple(torch.full((ids.numel(), heads, values), -5.0, device=DEVICE) for _ in m.PLANES)
+    kernel = m.gather_dequant(cache, ids.to(DEVICE), page, out=outs if len(outs) > 1 else outs[0], **given(m))
+    for plane, a, b in pairs(m, kernel, ref):
+        assert_same_bytes(a, b, f"{name}.gather_dequant ({plane}) vs its reference")
