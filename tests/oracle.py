@@ -490,7 +490,8 @@ def quantize_store(spec: Spec, state: CacheBytes, srcs, loc, given: dict | None 
                             stored = np.float32(s).reshape(1).view(np.uint8)
                         else:
                             e = spec.exponent(name, fmt, a)
-                            q = (x.astype(np.float64) * 2.0 ** -e).astype(np.float32)
+                            with np.errstate(all="ignore"):     # (NaN and inf cast as IEEE says)
+                                q = (x.astype(np.float64) * 2.0 ** -e).astype(np.float32)
                             stored = (np.array([e + 127], dtype=np.uint8) if spec.scale_bytes(name) == 1
                                       else np.float32(2.0 ** e).reshape(1).view(np.uint8))
                         state.write(plane, "records", page_id, where, pack(fmt, encode(fmt, q)),

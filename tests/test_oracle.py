@@ -9,7 +9,7 @@ import torch
 
 from tests import oracle
 from tests.conftest import DEVICE
-from tests.corpus import adversarial_rows, generator, scaled_normal
+from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
                            given_floats, module, pairs, per_plane, sources)
 
@@ -170,3 +170,94 @@ def test_every_scale_byte_reads_as_the_oracle_says(name):
     kernel = m.gather_dequant(cache, ids.to(DEVICE), page, out=outs if len(outs) > 1 else outs[0], **given(m))
     for plane, a, b in pairs(m, kernel, ref):
         assert_same_bytes(a, b, f"{name}.gather_dequant ({plane}) vs its reference")
+
+
+def dense_slots(spec: oracle.Spec, tokens: int, page: int) -> tuple:
+    """(pages, the first `tokens` slots writers write, the sink skipped) to stand dense rows in a cache."""
+    num_pages = -(-(tokens + 1) // page)
+    slots = [s for s in range(num_pages * page) if s != spec.sink][:tokens]
+    return num_pages, torch.tensor(slots)
+
+
+def dense_scale_bytes(spec: oracle.Spec, state: oracle.CacheBytes, plane: str, page_id: int, where: dict) -> np.ndarray:
+    """One row's scales as quantize returns them: each quantized segment's entries in record order, unpadded."""
+    values = state.values
+    parts = []
+    for seg, _, _ in oracle._segment_offsets(spec, values):
+        if seg["dtype"] in oracle.ELEMENTS:
+            g = seg["scale"]
+            for j in range(spec.segment_values(seg, values) // spec.group_of(g, values)[1]):
+                parts.append(state.read(plane, g, page_id, {**where, "scale": j}, spec.scale_bytes(g)))
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("src_dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("name", cases("quantize"))
+def test_quantize_matches_the_oracle(name, src_dtype):
+    """quantize's data and scale are, byte for byte, the record and the scale entries the oracle's writer
+    puts in a cache for the same rows: every bf16 pattern, special values, all-zero rows, then random
+    rows over 2^-20..2^20."""
+    m, spec = module(name), spec_of(name)
+    gen = generator(35)
+    heads, values, page = dims(m)
+    x = torch.cat([adversarial_rows(values, gen, torch.float32), scaled_normal((16, values), gen, torch.float32)])
+    tokens = x.shape[0] // heads
+    x = x[: tokens * heads].view(tokens, heads, values).to(src_dtype)
+    num_pages, loc = dense_slots(spec, tokens, page)
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    state = oracle.CacheBytes(spec, cache, page, heads, values)
+    plane = spec.planes[0]
+    oracle.quantize_store(spec, state, [x], loc)                       # (only the first plane's rows)
+    record = spec.record_bytes(values)
+    want_data, want_scale = [], []
+    for slot_id in loc.tolist():
+        page_id, slot = divmod(slot_id, page)
+        for head in range(heads):
+            where = {"slot": slot, "head": head}
+            want_data.append(state.read(plane, "records", page_id, where, record))
+            want_scale.append(dense_scale_bytes(spec, state, plane, page_id, where))
+    want_data, want_scale = torch.from_numpy(np.stack(want_data)), torch.from_numpy(np.stack(want_scale))
+    for op in (m.quantize_ref, m.quantize):
+        data, scale = op(x.to(DEVICE))
+        assert_same_bytes(data.cpu().contiguous().view(torch.uint8).reshape(tokens * heads, -1), want_data,
+                          f"{name}.{op.__name__} data vs the oracle's records")
+        assert_same_bytes(scale.cpu().contiguous().view(torch.uint8).reshape(tokens * heads, -1), want_scale,
+                          f"{name}.{op.__name__} scale vs the oracle's scale entries")
+
+
+@pytest.mark.parametrize("name", cases("dequantize"))
+def test_dequantize_matches_the_oracle(name):
+    """dequantize of random data and scale bytes (every code and every scale byte among them) is what
+    the oracle's reader takes from a cache holding those records and scale entries."""
+    m, spec = module(name), spec_of(name)
+    gen = generator(36)
+    heads, values, page = dims(m)
+    one = m.quantize_ref(torch.zeros(1, heads, values, device=DEVICE))[1]
+    tokens = max(24, -(-256 // (one.numel() * one.element_size())))     # room for every scale byte
+    data, scale = m.quantize_ref(torch.zeros(tokens, heads, values, device=DEVICE))
+    data, scale = random_bytes(data, gen), random_bytes(scale, gen)
+    every = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(DEVICE)
+    data.view(-1).view(torch.uint8)[:256] = every
+    scale.view(-1).view(torch.uint8)[:256] = every
+    num_pages, loc = dense_slots(spec, tokens, page)
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    state = oracle.CacheBytes(spec, cache, page, heads, values)
+    plane = spec.planes[0]
+    data_bytes = data.cpu().contiguous().view(torch.uint8).reshape(tokens, heads, -1).numpy()
+    scale_bytes = scale.cpu().contiguous().view(torch.uint8).reshape(tokens, heads, -1).numpy()
+    for t, slot_id in enumerate(loc.tolist()):
+        page_id, slot = divmod(slot_id, page)
+        for head in range(heads):
+            where = {"slot": slot, "head": head}
+            state.write(plane, "records", page_id, where, data_bytes[t, head])
+            at = 0
+            for seg, _, _ in oracle._segment_offsets(spec, values):
+                if seg["dtype"] in oracle.ELEMENTS:
+                    g, nb = seg["scale"], spec.scale_bytes(seg["scale"])
+                    for j in range(spec.segment_values(seg, values) // spec.group_of(g, values)[1]):
+                        state.write(plane, g, page_id, {**where, "scale": j}, scale_bytes[t, head, at:at + nb])
+                        at += nb
+    for out_dtype in (torch.float32, torch.bfloat16):
+        want = oracle.gather_dequant(spec, state, loc, out_dtype)[0]
+        ref = m.dequantize_ref(data, scale, out_dtype)
+        assert_same_bytes(ref.cpu(), want, f"{name}.dequantize_ref ({out_dtype}) vs the oracle's reader")
