@@ -80,7 +80,7 @@ def test_append_matches_the_oracle(name):
     """A prefill from two blocks' first slots, a decode step into blocks in use with rows 2^6 larger
     (exponents grow, kept codes rescale), a chunk crossing into a fresh block, and rows into a block
     never written from its first slot, whose stale bytes (every fifth one 0xFF: infinite scales, NaN
-    codes) count."""
+    codes) count; the steps' rows are bf16, fp32, fp16 and fp32 (each source dtype's own rounding)."""
     m, spec = module(name), spec_of(name)
     gen = generator(33)
     heads, values, page = dims(m)
@@ -93,12 +93,12 @@ def test_append_matches_the_oracle(name):
     ref, kernel = clone(m, cache), clone(m, cache)
     a, b = 0, page + block                               # two sequences' first slots
     stale = num_pages * page - block + 2                 # the last block, from its third slot
-    steps = [([a + t for t in range(block + 3)] + [b + t for t in range(5)] + [-1], 1.0),
-             ([a + block + 3, b + 5], 64.0),
-             ([a + block + 4 + t for t in range(block)] + [b + 6], 2.0 ** -10),
-             ([stale, stale + 1, b + 7], 2.0 ** 100)]
-    for i, (loc, growth) in enumerate(steps):
-        xs = [(rows(len(loc), heads, values, gen, torch.float32) * growth).to(torch.bfloat16) for _ in m.PLANES]
+    steps = [([a + t for t in range(block + 3)] + [b + t for t in range(5)] + [-1], 1.0, torch.bfloat16),
+             ([a + block + 3, b + 5], 64.0, torch.float32),
+             ([a + block + 4 + t for t in range(block)] + [b + 6], 2.0 ** -10, torch.float16),
+             ([stale, stale + 1, b + 7], 2.0 ** 100, torch.float32)]
+    for i, (loc, growth, dtype) in enumerate(steps):
+        xs = [(rows(len(loc), heads, values, gen, torch.float32) * growth).to(dtype) for _ in m.PLANES]
         loc = torch.tensor(loc)
         oracle.append(spec, state, xs, loc)
         m.append_ref(*(x.to(DEVICE) for x in xs), loc.to(DEVICE), ref, page)
