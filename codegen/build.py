@@ -1120,6 +1120,21 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                 raise SpecError(trim.value_mark(p), f"{where}.trim.{p}: {counter!r} is not another parameter of this "
                                 "function (the one whose length counts the tokens)",
                                 f"parameters: {', '.join(n for n in param_names if n != p)}")
+        used = {re.match(r"[a-z_][a-z0-9_]*", src).group(0) for k, v in args.items()
+                for src in (v.values() if isinstance(v, dict) else (v,))} | set(require) | set(trim) | set(trim.values())
+        unused = f["unused"]
+        for j, name in enumerate(unused):
+            if name not in param_names or name in used or name in unused[:j]:
+                raise SpecError(unused.item_mark(j), f"{where}.unused[{j}]: {name!r} is " + (
+                    "not a parameter of this function" if name not in param_names else "listed twice"
+                    if name in unused[:j] else "used (passed on, required or trimmed)"),
+                    f"list only parameters the function ignores (parameters: {', '.join(param_names)})")
+        for j, name in enumerate(param_names):
+            if name not in used and name not in unused:      # a caller's value would be silently ignored
+                raise SpecError(f["params"].item_mark(j), f"{where}.params[{j}]: {name!r} is never used: no "
+                                f"argument of {op} is taken from it, nor is it required or trimmed",
+                                f"map it under args: (e.g. {name}: {name}), give it a require:, or, if the seed "
+                                f"ignores it too, list it under unused:")
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
                                         op=op, args=tuple(rendered), returns=f["returns"],
                                         require=tuple((p, tuple(v)) for p, v in require.items()),

@@ -225,6 +225,10 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
                   "second's length are dropped before the call, as the seed never reads them (vLLM takes num_tokens "
                   "from slot_mapping, and passes key rows padded for CUDA graphs); an error about a dropped-from tensor "
                   "notes that its shapes are of the rows read", {}),
+    "unused": Field(ListOf(Str(pattern=r"[a-z_][a-z0-9_]*", what="a parameter name")),
+                    "parameters the seed takes and ignores (vLLM's scale of fp8_ds_mla): accepted and never read; "
+                    "every other parameter must be passed on (args), required or trimmed, so that a caller's value "
+                    "is never silently dropped", []),
     "raw_cache": Field(Bool(), "the seed takes its cache tensors as raw contiguous buffers of whole pages in any "
                        "shape (sglang's pool.view(-1, heads, values), a flat scale buffer): pass them as the layout's "
                        "RawCache, which also takes token-major and flat tensors (their page size is then checked only "

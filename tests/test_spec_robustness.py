@@ -441,6 +441,15 @@ COMPAT_BAD = [
     ("trim of no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
                                   "    params: [k, loc, quant_k_cache, page_size]\n    trim: {key: loc}\n"),
      ["functions[2].trim", "'key' is not a parameter"]),
+    # a parameter passed on to nothing would take a caller's value and drop it (a lost `out: out`)
+    ("parameter used nowhere", edit(COMPAT_GOOD, "      page_size: page_size\n      out: out\n", "      page_size: page_size\n"),
+     ["functions[0].params[3]", "'out' is never used", "unused:"]),
+    ("unused parameter that is used", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                           "    params: [k, loc, quant_k_cache, page_size]\n    unused: [loc]\n"),
+     ["functions[2].unused[0]", "'loc' is used"]),
+    ("unused names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                       "    params: [k, loc, quant_k_cache, page_size]\n    unused: [scale]\n"),
+     ["functions[2].unused[0]", "'scale' is not a parameter"]),
 ]
 
 
