@@ -19,13 +19,33 @@ def spec_of(name: str) -> oracle.Spec:
     return oracle.Spec(folder / f"{name}.yaml")
 
 
-def rows(tokens: int, heads: int, values: int, gen, dtype) -> torch.Tensor:
+def rows(tokens: int, heads: int, values: int, gen, dtype, spec: oracle.Spec | None = None) -> torch.Tensor:
     """Random rows at scales 2^-20..2^20, with special values (NaN, inf, +-0, subnormals, ties,
-    values past fmax) and an all-zero row among them."""
+    values past fmax) and an all-zero row among them; with a spec, also its formats' tie rows."""
     special = adversarial_rows(values, gen, torch.float32)[-10:]
+    if spec is not None:
+        special = torch.cat([tie_rows(spec, values, gen), special])
     x = scaled_normal((tokens * heads, values), gen, torch.float32)
     x[: special.shape[0]] = special[: tokens * heads]
     return x[torch.randperm(x.shape[0], generator=gen)].view(tokens, heads, values).to(dtype)
+
+
+def tie_rows(spec: oracle.Spec, values: int, gen, count: int = 4) -> torch.Tensor:
+    """Rows of exact ties, for each element format of the spec in turn: every 16th value is
+    +-fmax * 2^k, so every rule's scale of a group (16 values or more) is 2^k, and the others sit
+    exactly halfway between two neighbouring codes times 2^k (k in [-4, 4], above any floor)."""
+    formats = sorted({item["dtype"] for item in spec.record if item.get("dtype") in oracle.ELEMENTS})
+    out = torch.empty(count if formats else 0, values)     # (none for a record of raw values only)
+    for i in range(out.shape[0]):
+        fmt = formats[i % len(formats)]
+        mags = oracle.magnitudes(fmt)[1]
+        mids = torch.from_numpy((mags[:-1] + mags[1:]) / 2)
+        k = 2.0 ** int(torch.randint(-4, 5, (), generator=gen))
+        signs = torch.where(torch.rand(values, generator=gen) < 0.5, -1.0, 1.0)
+        row = mids[torch.randint(0, mids.numel(), (values,), generator=gen)] * k * signs
+        row[::16] = oracle.fmax(fmt) * k * signs[::16]
+        out[i] = row.float()
+    return out
 
 
 def oracle_cache(m, spec, state, like):
@@ -42,7 +62,7 @@ def test_quantize_store_matches_the_oracle(name, src_dtype):
     tokens = min(20, num_pages * page - 4)
     cache = fresh_cache(m, num_pages, page, heads, values, gen)      # random bytes: unwritten ones must stay
     state = oracle.CacheBytes(spec, cache, page, heads, values)
-    srcs = [rows(tokens, heads, values, gen, src_dtype) for _ in m.PLANES]
+    srcs = [rows(tokens, heads, values, gen, src_dtype, spec) for _ in m.PLANES]
     loc = torch.randperm(num_pages * page, generator=gen)[:tokens]
     loc[:3] = torch.tensor([-1, num_pages * page, m.SINK_SLOT if m.SINK_SLOT is not None else -4])
     oracle.quantize_store(spec, state, srcs, loc, given_floats(m, given(m)))
