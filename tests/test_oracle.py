@@ -85,7 +85,7 @@ def test_gather_dequant_matches_the_oracle(name, out_dtype):
     state = oracle.CacheBytes(spec, cache, page, heads, values)
     ids = torch.randint(-2, num_pages * page + 2, (24,), generator=gen)
     want = oracle.gather_dequant(spec, state, ids, out_dtype, given_floats(m, given(m)))
-    outs = tuple(torch.empty(24, heads, values, dtype=out_dtype, device=DEVICE) for _ in m.PLANES)
+    outs = tuple(torch.full((24, heads, values), 7.0, dtype=out_dtype, device=DEVICE) for _ in m.PLANES)   # poisoned
     ref = m.gather_dequant_ref(cache, ids.to(DEVICE), page, out=outs if len(outs) > 1 else outs[0], **given(m))
     kernel = m.gather_dequant(cache, ids.to(DEVICE), page, **given(m))
     for plane, a, b in zip(m.PLANES, per_plane(m, ref), want, strict=True):
