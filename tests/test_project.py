@@ -376,7 +376,7 @@ def test_diff_of_compat_calls(tmp_path):
              ("params: [x, out_dtype=torch.bfloat16]", "params: [x, out_dtype]", True, "default of out_dtype: dropped"),
              ("MXFP8Tensor: [data, scale]", "MXFP8Tensor: [scale, data]", True, "type MXFP8Tensor: fields"),
              ("    returns: MXFP8Tensor\n", "", True, "returns MXFP8Tensor -> the op result"),
-             ("params: [x]\n", "params: [x, y=None]\n", False, "parameter y added (default None)"),
+             ("params: [x]\n", "params: [x, y=None]\n    unused: [y]\n", False, "parameter y added (default None)"),
              ("    raw_cache: true\n", "", True, "quant_store_kv_mxfp8: flat and token-major cache tensors refused")]
     for old, new, breaking, words in cases:
         spec.write_text(edit(good, old, new))
