@@ -11,7 +11,7 @@ from tests import oracle
 from tests.conftest import DEVICE
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, cases, clone, dims, fresh_cache, given,
-                           given_floats, module, pairs, per_plane, sources)
+                           given_floats, module, pairs, per_plane, plane_rows, sources)
 
 
 def spec_of(name: str) -> oracle.Spec:
@@ -281,3 +281,34 @@ def test_dequantize_matches_the_oracle(name):
         want = oracle.gather_dequant(spec, state, loc, out_dtype)[0]
         ref = m.dequantize_ref(data, scale, out_dtype)
         assert_same_bytes(ref.cpu(), want, f"{name}.dequantize_ref ({out_dtype}) vs the oracle's reader")
+
+
+# Layouts whose writer test_quantize_matches_the_oracle (dense rows) and tests/test_given_scales.py do
+# not already take through the oracle with every bf16 pattern.
+GIVEN_TESTED = ("vllm_fp8", "zoo_given_e5m2", "dsv4_nvfp4", "flashinfer_nvfp4")
+
+
+@pytest.mark.parametrize("name", [n for n in cases("quantize_store")
+                                  if "quantize" not in module(n).OPS and n not in GIVEN_TESTED])
+def test_quantize_store_takes_every_bf16_pattern_as_the_oracle_says(name):
+    """Every bf16 bit pattern (in groups), special values and all-zero rows, stored into a cache of
+    random bytes: the reference equals the oracle, the kernel the reference."""
+    m, spec = module(name), spec_of(name)
+    gen = generator(37)
+    heads, values, page = dims(m)
+    x = adversarial_rows(values, gen, torch.bfloat16)
+    tokens = x.shape[0] // heads
+    x = x[: tokens * heads].view(tokens, heads, values)
+    num_pages = -(-(tokens + 2) // page)
+    loc = torch.randperm(num_pages * page, generator=gen)[:tokens]
+    if spec.sink is not None:
+        loc = torch.where(loc == spec.sink, -1, loc)
+    srcs = plane_rows(m, x)
+    cache = fresh_cache(m, num_pages, page, heads, values, gen)
+    state = oracle.CacheBytes(spec, cache, page, heads, values)
+    oracle.quantize_store(spec, state, srcs, loc, given_floats(m, given(m)))
+    ref, kernel = clone(m, cache), clone(m, cache)
+    m.quantize_store_ref(*sources(m, [s.to(DEVICE) for s in srcs]), loc.to(DEVICE), ref, page, **given(m))
+    assert_same_cache(m, ref, oracle_cache(m, spec, state, cache), f"{name}.quantize_store_ref vs the oracle")
+    m.quantize_store(*sources(m, [s.to(DEVICE) for s in srcs]), loc.to(DEVICE), kernel, page, **given(m))
+    assert_same_cache(m, kernel, ref, f"{name}.quantize_store vs its reference")
