@@ -9,17 +9,19 @@ difference is breaking. What only changes how new bytes are chosen (a scale rule
 exponent range, rounding or NaN handling) is compatible: old caches still read the same. So are new
 specs and new ops; a removed spec or op, or a compat function removed, breaks its callers. The
 revision's specs are read from the spec folders its own config names (the working tree's config
-file as the revision has it), so specs moved to another folder are compared, not taken for new ones;
+file as the revision has it; a symlink along a folder's path followed in the revision's tree, not in
+today's), so specs moved to another folder are compared, not taken for new ones;
 where the revision has no such config, from the working tree's folders (layouts of a folder the
 revision lacks then count as added).
 """
 from __future__ import annotations
 
 import math
+import posixpath
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from . import config, explain, pipeline
 from .errors import Mark
@@ -66,11 +68,13 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
     except GitError:
         raise GitError(f"--against {ref}: not a revision of {top}") from None
     folders = _spec_folders_at(project, top, ref, into)
+    root = project.root.resolve()
+    if not root.is_relative_to(top.resolve()):
+        raise GitError(f"the project {root}: outside the git repository {top}")
     for folder in folders:
-        where = (project.root / folder).resolve()
-        if not where.is_relative_to(top.resolve()):
-            raise GitError(f"spec folder {folder}: resolves to {where}, outside the git repository {top}")
-        rel = where.relative_to(top.resolve()).as_posix()
+        # the folder as the revision's tree has it: a symlink there is followed in that tree, and one
+        # in the working tree (an old name left pointing at a renamed folder) is not
+        rel = _resolve_at(top, ref, posixpath.normpath(posixpath.join(root.relative_to(top.resolve()).as_posix(), folder)))
         for name in _git(top, "ls-tree", "-r", "-z", "--name-only", ref, "--", rel).split("\0"):
             if not name:
                 continue
@@ -86,6 +90,25 @@ def checkout_specs(project: config.Project, ref: str, into: Path) -> config.Proj
             target.write_bytes(data)
     return config.Project(root=into, config=into / config.CONFIG_FILE, specs=folders, output=project.output,
                           package=project.package)
+
+
+def _resolve_at(top: Path, ref: str, rel: str) -> str:
+    """A repository path with the symlinks of `ref`'s tree along it followed (a folder committed as a
+    link to another): GitError where one leads outside the repository or round in a loop."""
+    parts, done, hops = list(PurePosixPath(rel).parts), [], 0
+    while parts:
+        here = posixpath.join(*done, parts[0])
+        if _git(top, "ls-tree", ref, "--", here).startswith("120000 "):
+            hops += 1
+            target = _git(top, "show", f"{ref}:{here}")
+            joined = posixpath.normpath(posixpath.join(*done, target)) if done else posixpath.normpath(target)
+            if hops > 40 or posixpath.isabs(target) or joined == ".." or joined.startswith("../"):
+                raise GitError(f"spec folder {rel}: at {ref}, {here} is a symlink to {target}, which leads "
+                               f"{'round in a loop' if hops > 40 else 'outside the git repository'}")
+            parts, done = [p for p in PurePosixPath(joined).parts if p != "."] + parts[1:], []
+            continue
+        done.append(parts.pop(0))
+    return posixpath.join(*done) if done else "."
 
 
 def _spec_folders_at(project: config.Project, top: Path, ref: str, into: Path) -> tuple:

@@ -367,6 +367,33 @@ def test_diff_follows_a_renamed_spec_folder(tmp_path):
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_reads_a_symlinked_spec_folder_as_the_revision_has_it(tmp_path):
+    """A spec folder renamed with a symlink left at its old name (the config unchanged) is read at the
+    revision where it was then, not through today's link (every layout "added", exit 0, a breaking
+    edit passed); a folder the revision holds as a symlink is followed in the revision's tree, and one
+    leading outside the repository is an error."""
+    root = _git_project(tmp_path)
+    git(root, "mv", "specs", "kv")
+    (root / "specs").symlink_to("kv")
+    spec = root / "kv" / "mxfp8_kv.yaml"
+    spec.write_text(spec.read_text().replace("size_multiple_of: 32", "size_multiple_of: 64", 1))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and "specs/mxfp8_kv.yaml: breaking: page sizes" in proc.stdout, proc
+    assert "added" not in proc.stdout, proc.stdout
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "a link at the old name")
+    spec.write_text(spec.read_text().replace("size_multiple_of: 64", "size_multiple_of: 128", 1))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and "page sizes: a multiple of 64 -> of 128" in proc.stdout and "added" not in proc.stdout, proc
+    (root / "specs").unlink()
+    (root / "specs").symlink_to(tmp_path)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "a link leading outside")
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 4 and "leads outside the git repository" in proc.stderr, proc
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
 def test_diff_of_compat_calls(tmp_path):
     root = _git_project(tmp_path)
     spec = root / "specs" / "compat" / "sglang_mxfp8.yaml"
