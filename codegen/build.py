@@ -1063,12 +1063,14 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         def passed(name: str, local: str, src: str) -> str:
             """The source the call passes for argument `name`: a parameter itself, or a local
             computed from one before the call (errors then name the parameter)."""
-            root = re.match(r"[a-z_][a-z0-9_]*", src).group(0)
-            if src != root and src != "None":
+            if src == "None":
+                return src
+            root = _arg_root(src)
+            if src != root:
                 derived.append((local, src, root))
                 renames.append((name, src))
                 return local
-            if src != name and src != "None":
+            if src != name:
                 renames.append((name, src))
             return src
         for k in wanted:
@@ -1120,8 +1122,9 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                 raise SpecError(trim.value_mark(p), f"{where}.trim.{p}: {counter!r} is not another parameter of this "
                                 "function (the one whose length counts the tokens)",
                                 f"parameters: {', '.join(n for n in param_names if n != p)}")
-        used = {re.match(r"[a-z_][a-z0-9_]*", src).group(0) for k, v in args.items()
-                for src in (v.values() if isinstance(v, dict) else (v,))} | set(require) | set(trim) | set(trim.values())
+        # (a trimmed parameter is used only if it is passed on: trim: drops rows of what is passed)
+        used = {_arg_root(src) for k, v in args.items()
+                for src in (v.values() if isinstance(v, dict) else (v,))} | set(require) | set(trim.values())
         unused = f["unused"]
         for j, name in enumerate(unused):
             if name not in param_names or name in used or name in unused[:j]:
@@ -1133,8 +1136,8 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
             if name not in used and name not in unused:      # a caller's value would be silently ignored
                 raise SpecError(f["params"].item_mark(j), f"{where}.params[{j}]: {name!r} is never used: no "
                                 f"argument of {op} is taken from it, nor is it required or trimmed",
-                                f"map it under args: (e.g. {name}: {name}), give it a require:, or, if the seed "
-                                f"ignores it too, list it under unused:")
+                                f"pass it on under args: (to one of {op}'s parameters: {', '.join(wanted)}), give "
+                                "it a require:, or, if the seed ignores it too, list it under unused:")
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
                                         op=op, args=tuple(rendered), returns=f["returns"],
                                         require=tuple((p, tuple(v)) for p, v in require.items()),
@@ -1148,10 +1151,15 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                   constants=tuple(constants.items()))
 
 
+def _arg_root(src: str) -> str | None:
+    """The parameter an argument expression reads ('k' of 'k.shape[1]'); None for the literal None."""
+    return None if src == "None" else re.match(r"[a-z_][a-z0-9_]*", src).group(0)
+
+
 def _check_arg(src: str, params, mark, where):
     if src == "None":
         return
-    root = re.match(r"[a-z_][a-z0-9_]*", src).group(0)
+    root = _arg_root(src)
     if root not in params:
         raise SpecError(mark, f"{where}: {root!r} is not a parameter of this function",
                         f"parameters: {', '.join(params)}")

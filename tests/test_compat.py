@@ -64,6 +64,7 @@ def test_sglang_mxfp8_dense_functions_are_mxfp8_kv(out_dtype):
     assert_same_bytes(t.data, data, "to_mxfp8 data vs mxfp8_kv.quantize")
     assert_same_bytes(t.scale, scale, "to_mxfp8 scale vs mxfp8_kv.quantize")
     assert_same_bytes(mod.from_mxfp8(t, out_dtype), mx.dequantize(data, scale, out_dtype), "from_mxfp8(to_mxfp8(x))")
+    assert mod.from_mxfp8(t).dtype == torch.bfloat16, "from_mxfp8's default out_dtype is the seed's"
     codes, scales = random_bytes(data.clone(), gen), random_bytes(scale.clone(), gen)
     codes.view(torch.uint8).view(-1)[:256] = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(DEVICE)
     scales.view(-1)[:256] = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(DEVICE)
@@ -88,15 +89,16 @@ def test_sglang_mxfp8_writers_are_their_layouts():
         mod.quant_store_kv_mxfp8(*args)
         mx.quantize_store(k, v, loc, want, page)
         assert_same_cache(mx, got, want, f"quant_store_kv_mxfp8 (page {page}) vs mxfp8_kv.quantize_store")
-    page = 64
-    cache = seq.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)    # zeroed, as the seed asks
-    got, want = clone(seq, cache), clone(seq, cache)
-    for step, loc in enumerate(([*range(0, 35), *range(64, 70), -1], [35, 36, 70], [96 + t for t in range(32)])):
-        v = (rows(len(loc) * heads, values, gen) * 4.0 ** step).view(len(loc), heads, values).to(torch.bfloat16)
-        loc = torch.tensor(loc, device=DEVICE)
-        mod.update_mxfp8_v_cache_seqblocked(v.to(DEVICE), loc, got.v_cache, got.v_sf)
-        seq.append(v.to(DEVICE), loc, want, page)
-        assert_same_cache(seq, got, want, f"update_mxfp8_v_cache_seqblocked step {step} vs mxfp8_v_seqblocked.append")
+    for page in (32, 64):                                 # (the page size v_cache's shape gives)
+        cache = seq.alloc_cache(3, page, heads=heads, values=values, device=DEVICE)    # zeroed, as the seed asks
+        got, want = clone(seq, cache), clone(seq, cache)
+        for step, loc in enumerate(([*range(0, 35), *range(64, 70), -1], [35, 36, 70], [71 + t for t in range(25)])):
+            v = (rows(len(loc) * heads, values, gen) * 4.0 ** step).view(len(loc), heads, values).to(torch.bfloat16)
+            loc = torch.tensor(loc, device=DEVICE)
+            mod.update_mxfp8_v_cache_seqblocked(v.to(DEVICE), loc, got.v_cache, got.v_sf)
+            seq.append(v.to(DEVICE), loc, want, page)
+            assert_same_cache(seq, got, want, f"update_mxfp8_v_cache_seqblocked (page {page}) step {step} vs "
+                              "mxfp8_v_seqblocked.append")
 
 
 def test_vllm_ds32_writer_is_ds32_indexer():

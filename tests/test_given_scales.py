@@ -26,28 +26,27 @@ def spec_of(name: str) -> oracle.Spec:
     return oracle.Spec((ROOT / "specs" if name in SPECS else ROOT / "tests" / "specs") / f"{name}.yaml")
 
 
-def scales_of(m) -> tuple:
-    """The scales a module's call-time scales are tried at: all of SCALES for given scales; for the
-    global scales of two-level (NVFP4) layouts, whose kernels are slower to interpret, one of each
-    kind (inexact, smallest normal, zero, negative, infinite, NaN); then one per head, from three
-    starts in SCALES, so that with three heads each head takes every scale of SCALES once (two-level:
-    from two, the second's heads negative, infinite and NaN)."""
-    two_level = any(g.two_level for g in m._REF_GROUPS.values())
-    if two_level:
-        return (0.0371, 2.0 ** -126, 0.0, -2.5, math.inf, math.nan, PER_HEAD[0], PER_HEAD[2])
-    return SCALES + PER_HEAD
-
-
-PER_HEAD = ("heads", "heads+3", "heads+6")
+def scales_of(m, heads: int) -> tuple:
+    """The scales a module's call-time scales are tried at: all of SCALES, one for the plane; then, where
+    there are several heads, one per head from starts 0, heads, 2 * heads, ... in SCALES, so that each
+    head takes every scale of SCALES once. Two-level (NVFP4) layouts, whose kernels are slower to
+    interpret, take every other start only, and one of each kind for the plane (inexact, smallest
+    normal, zero; with fewer than three heads also negative, infinite and NaN, which three or more
+    heads take per head)."""
+    starts = tuple(f"heads+{k}" for k in range(0, len(SCALES), heads)) if heads > 1 else ()
+    if any(g.two_level for g in m._REF_GROUPS.values()):
+        plane = (0.0371, 2.0 ** -126, 0.0) + ((-2.5, math.inf, math.nan) if heads < 3 else ())
+        return plane + starts[::2]
+    return SCALES + starts
 
 
 def scales_for(m, value, heads: int = 1) -> dict:
     """Every call-time scale of the module: `value` for the first, 1.5 for the others; value
-    "heads+K": one scale per head instead, SCALES in turn from K plus a head- and argument-dependent
-    start, for every plane."""
-    if value not in PER_HEAD:
+    "heads+K": one scale per head instead, for every plane, head h of the i-th argument taking
+    SCALES[K + h + 3 * i] (cyclically)."""
+    if not str(value).startswith("heads+"):
         return given(m, (value, 1.5))
-    start = int(value.partition("+")[2] or 0)
+    start = int(value.partition("+")[2])
     return {name: torch.tensor([SCALES[(start + h + 3 * i) % len(SCALES)] for h in range(heads)], dtype=torch.float32,
                                device=DEVICE) for i, name in enumerate(m._GIVEN_SCALES)}
 
@@ -68,9 +67,9 @@ def test_quantize_store_is_exact_for_every_scale(name):
     # The naive oracle is slow: it checks every token at two scales, and at the others every eighth
     # token and the special rows at the end (the other tokens' slots are skipped, -1, for both).
     sample = torch.where((torch.arange(tokens) % 8 == 0) | (torch.arange(tokens) >= tokens - 16), loc, -1)
-    for value in scales_of(m):
+    for value in scales_of(m, heads):
         scales = scales_for(m, value, heads)
-        oracle_loc = loc if value in (0.0371, "heads") else sample
+        oracle_loc = loc if value in (0.0371, "heads+0") else sample
         state = oracle.CacheBytes(spec, cache, page, heads, values)
         oracle.quantize_store(spec, state, srcs, oracle_loc, given_floats(m, scales))
         want = m.Cache(*(t.to(DEVICE) for t in state.tensors(cache)))
@@ -94,7 +93,7 @@ def test_gather_dequant_is_exact_for_every_scale(name, out_dtype):
     cache = fresh_cache(m, num_pages, page, heads, values, gen)
     state = oracle.CacheBytes(spec, cache, page, heads, values)
     ids = torch.arange(-2, num_pages * page + 2)               # every slot, and ids outside the cache
-    for value in scales_of(m):
+    for value in scales_of(m, heads):
         scales = scales_for(m, value, heads)
         want = oracle.gather_dequant(spec, state, ids, out_dtype, given_floats(m, scales))
         outs = tuple(torch.full((ids.numel(), heads, values), 7.0, dtype=out_dtype, device=DEVICE) for _ in m.PLANES)

@@ -19,28 +19,34 @@ def spec_of(name: str) -> oracle.Spec:
     return oracle.Spec(folder / f"{name}.yaml")
 
 
-def rows(tokens: int, heads: int, values: int, gen, dtype, spec: oracle.Spec | None = None) -> torch.Tensor:
+def rows(tokens: int, heads: int, values: int, gen, dtype, spec: oracle.Spec | None = None,
+         skipped: int = 0) -> torch.Tensor:
     """Random rows at scales 2^-20..2^20, with special values (NaN, inf, +-0, subnormals, ties,
-    values past fmax) and an all-zero row among them; with a spec, also its formats' tie rows."""
+    values past fmax) and an all-zero row among them; with a spec, also its formats' tie rows. The
+    special rows go to random places past the first `skipped` tokens (those a test writes nowhere)."""
     special = adversarial_rows(values, gen, torch.float32)[-10:]
     if spec is not None:
         special = torch.cat([tie_rows(spec, values, gen), special])
     x = scaled_normal((tokens * heads, values), gen, torch.float32)
-    x[: special.shape[0]] = special[: tokens * heads]
-    return x[torch.randperm(x.shape[0], generator=gen)].view(tokens, heads, values).to(dtype)
+    free = x.shape[0] - skipped * heads
+    at = skipped * heads + torch.randperm(free, generator=gen)[: min(special.shape[0], free)]
+    x[at] = special[: at.numel()]
+    return x.view(tokens, heads, values).to(dtype)
 
 
 def tie_rows(spec: oracle.Spec, values: int, gen, count: int = 4) -> torch.Tensor:
     """Rows of exact ties, for each element format of the spec in turn: every 16th value is
-    +-fmax * 2^k, so every rule's scale of a group (16 values or more) is 2^k, and the others sit
-    exactly halfway between two neighbouring codes times 2^k (k in [-4, 4], above any floor)."""
+    +-fmax * 2^k (k in [-6, 0]: above any floor, and fp16 holds it), so the power-of-two rules (but
+    ceil, which takes 2^(k+1)) and the exact rule scale a group of 16 values or more by 2^k, and the
+    others sit exactly halfway between two neighbouring codes times 2^k: ties of q = x / 2^k (not
+    of a call-time or two-level scale's quotients)."""
     formats = sorted({item["dtype"] for item in spec.record if item.get("dtype") in oracle.ELEMENTS})
     out = torch.empty(count if formats else 0, values)     # (none for a record of raw values only)
     for i in range(out.shape[0]):
         fmt = formats[i % len(formats)]
         mags = oracle.magnitudes(fmt)[1]
         mids = torch.from_numpy((mags[:-1] + mags[1:]) / 2)
-        k = 2.0 ** int(torch.randint(-4, 5, (), generator=gen))
+        k = 2.0 ** int(torch.randint(-6, 1, (), generator=gen))
         signs = torch.where(torch.rand(values, generator=gen) < 0.5, -1.0, 1.0)
         row = mids[torch.randint(0, mids.numel(), (values,), generator=gen)] * k * signs
         row[::16] = oracle.fmax(fmt) * k * signs[::16]
@@ -62,7 +68,7 @@ def test_quantize_store_matches_the_oracle(name, src_dtype):
     tokens = min(20, num_pages * page - 4)
     cache = fresh_cache(m, num_pages, page, heads, values, gen)      # random bytes: unwritten ones must stay
     state = oracle.CacheBytes(spec, cache, page, heads, values)
-    srcs = [rows(tokens, heads, values, gen, src_dtype, spec) for _ in m.PLANES]
+    srcs = [rows(tokens, heads, values, gen, src_dtype, spec, skipped=3) for _ in m.PLANES]
     loc = torch.randperm(num_pages * page, generator=gen)[:tokens]
     loc[:3] = torch.tensor([-1, num_pages * page, m.SINK_SLOT if m.SINK_SLOT is not None else -4])
     oracle.quantize_store(spec, state, srcs, loc, given_floats(m, given(m)))
@@ -150,18 +156,21 @@ def stored_groups(spec: oracle.Spec) -> list:
 
 
 def scale_entries(spec: oracle.Spec, name: str, page: int, heads: int, values: int) -> list:
-    """The coordinates of every stored scale entry of group `name` in one page."""
+    """The coordinates of every scale entry of group `name` in one page that a reader reads (not the
+    padding of a pad_to)."""
     kind, size = spec.group_of(name, values)
     if kind == "values":
+        seg = next(s for s in spec.record if s.get("scale") == name)
         return [{"slot": s, "head": h, "scale": j} for s in range(page) for h in range(heads)
-                for j in range(spec.scale_entries(name, values))]
+                for j in range(spec.segment_values(seg, values) // size)]
     return [{"block": b, "head": h, "dim": d} for b in range(page // size) for h in range(heads) for d in range(values)]
 
 
 @pytest.mark.parametrize("name", [n for n in cases("gather_dequant") if stored_groups(spec_of(n))])
 def test_every_scale_byte_reads_as_the_oracle_says(name):
-    """Each stored scale entry, placed by the oracle, holds the next of every byte 0x00..0xFF (one-byte
-    formats: ue8m0 0x00 and 0xFF, e4m3 NaN and negative scales) or of FP32_SCALES; every slot is read
+    """Each scale entry a reader reads, placed by the oracle, holds the next of every byte 0x00..0xFF
+    (one-byte formats: ue8m0 0x00 and 0xFF, e4m3 NaN and negative scales; another sequence in each
+    plane) or of FP32_SCALES; every slot is read
     back (fp32 out, so nothing rounds away) by the reference, which must equal the oracle, and by the
     kernel into a poisoned output, which must equal the reference."""
     m, spec = module(name), spec_of(name)
@@ -177,7 +186,8 @@ def test_every_scale_byte_reads_as_the_oracle_says(name):
             entries = [(p, c) for p in range(num_pages) for c in scale_entries(spec, g, page, heads, values)]
             for i, (page_id, coords) in enumerate(entries):
                 data = (np.array([FP32_SCALES[i % len(FP32_SCALES)]], dtype=np.float32).view(np.uint8)
-                        if spec.scale_bytes(g) == 4 else np.array([(i * 7 + len(plane)) % 256], dtype=np.uint8))
+                        if spec.scale_bytes(g) == 4 else np.array([(i * 7 + 101 * spec.planes.index(plane)) % 256],
+                                                                  dtype=np.uint8))
                 state.write(plane, g, page_id, coords, data)
     cache = oracle_cache(m, spec, state, cache)
     ids = torch.arange(-2, num_pages * page + 2)

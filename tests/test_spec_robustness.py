@@ -450,7 +450,21 @@ COMPAT_BAD = [
     ("unused names no parameter", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
                                        "    params: [k, loc, quant_k_cache, page_size]\n    unused: [scale]\n"),
      ["functions[2].unused[0]", "'scale' is not a parameter"]),
+    ("parameter only trimmed", edit(COMPAT_GOOD, "    params: [k, loc, quant_k_cache, page_size]\n",
+                                    "    params: [k, loc, quant_k_cache, page_size, extra=None]\n    trim: {extra: loc}\n"),
+     ["functions[2].params[4]", "'extra' is never used", "quantize_store's parameters: k, loc, cache, page_size"]),
 ]
+
+
+def test_a_compat_argument_may_be_the_literal_none(tmp_path):
+    """`out: None` passes None on (a caller's out is then never taken: the parameter is dropped too)."""
+    from codegen import pipeline
+    (tmp_path / "specs" / "compat").mkdir(parents=True)
+    (tmp_path / "specs" / "dsv4_k.yaml").write_text(SHIPPED["dsv4_k"])
+    (tmp_path / "specs" / "compat" / "sglang_dsv4.yaml").write_text(
+        edit(edit(COMPAT_GOOD, "      out: out\n", "      out: None\n"), "page_size, out=None]", "page_size]"))
+    files = pipeline.render_all(tmp_path)
+    assert "page_size=page_size, out=None)" in files["generated/compat/sglang_dsv4.py"]
 
 
 @pytest.mark.parametrize("text,words", [c[1:] for c in COMPAT_BAD], ids=[c[0] for c in COMPAT_BAD])
