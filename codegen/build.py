@@ -1130,12 +1130,12 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
             if name not in param_names or name in used or name in unused[:j]:
                 raise SpecError(unused.item_mark(j), f"{where}.unused[{j}]: {name!r} is " + (
                     "not a parameter of this function" if name not in param_names else "listed twice"
-                    if name in unused[:j] else "used (passed on, required or trimmed)"),
+                    if name in unused[:j] else "used (passed on, required, or a trim's counter)"),
                     f"list only parameters the function ignores (parameters: {', '.join(param_names)})")
         for j, name in enumerate(param_names):
             if name not in used and name not in unused:      # a caller's value would be silently ignored
                 raise SpecError(f["params"].item_mark(j), f"{where}.params[{j}]: {name!r} is never used: no "
-                                f"argument of {op} is taken from it, nor is it required or trimmed",
+                                f"argument of {op} is taken from it, nor is it required or a trim's counter",
                                 f"pass it on under args: (to one of {op}'s parameters: {', '.join(wanted)}), give "
                                 "it a require:, or, if the seed ignores it too, list it under unused:")
         functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,

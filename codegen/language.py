@@ -227,8 +227,8 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
                   "notes that its shapes are of the rows read", {}),
     "unused": Field(ListOf(Str(pattern=r"[a-z_][a-z0-9_]*", what="a parameter name")),
                     "parameters the seed takes and ignores (vLLM's scale of fp8_ds_mla): accepted and never read; "
-                    "every other parameter must be passed on (args), required or trimmed, so that a caller's value "
-                    "is never silently dropped", []),
+                    "every other parameter must be passed on (args), required, or count a trim, so that a caller's "
+                    "value is never silently dropped", []),
     "raw_cache": Field(Bool(), "the seed takes its cache tensors as raw contiguous buffers of whole pages in any "
                        "shape (sglang's pool.view(-1, heads, values), a flat scale buffer): pass them as the layout's "
                        "RawCache, which also takes token-major and flat tensors (their page size is then checked only "
