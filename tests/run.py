@@ -1,8 +1,8 @@
 """`make test`: the suite as two pytest processes at once where the machine has two CPUs or more.
 
-The interpreted kernel tests (tests/test_kernels.py) take almost half the suite's time, so they run
-beside everything else, less the dense dequantize tests, which join the other process to even the
-two out. Each process's output is printed when it ends, and the exit status is the first failing
+The interpreted kernel tests (tests/test_kernels.py, with tests/test_given_scales.py) take almost
+half the suite's time, so they run beside everything else, less the dense dequantize tests, which
+join the other process to even the two out. Each process's output is printed when it ends, and the exit status is the first failing
 process's (0 when both pass; a process that selects no test, as with -k, fails only if the other
 selects none either). With one CPU it is plain `pytest -q`. Extra arguments go to both processes,
 e.g. `python -m tests.run -x`.
@@ -19,13 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "tests/test_kernels.py"
 NO_TESTS = 5                  # pytest's exit status when a process selects no test
 MOVED = tuple(f"{KERNELS}::{test}" for test in ("test_dequantize",))
+BESIDE = ("tests/test_given_scales.py",)       # whole files that run with the kernel tests
 
 
 def groups() -> tuple:
     """The two processes' pytest arguments: every test once."""
     others = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
-    kernels = [KERNELS, *(arg for test in MOVED for arg in ("--deselect", f"{test}["))]
-    return kernels, [*(p for p in others if p != KERNELS), *MOVED]
+    kernels = [KERNELS, *BESIDE, *(arg for test in MOVED for arg in ("--deselect", f"{test}["))]
+    return kernels, [*(p for p in others if p != KERNELS and p not in BESIDE), *MOVED]
 
 
 def main(extra: list) -> int:

@@ -605,18 +605,21 @@ print("round trip ok", m.__file__)
 
 def test_the_two_test_processes_run_every_test_once():
     """make test's runner (tests/run.py): one process takes tests/test_kernels.py less the moved
-    tests (deselected by their parametrized ids, so test_quantize_store stays), the other every
-    other test file and the moved tests. pytest collects test_kernels.py's part of each: together
-    they are the file's tests, none twice."""
+    tests (deselected by their parametrized ids, so test_quantize_store stays) and the files beside
+    it, the other every other test file and the moved tests. pytest collects test_kernels.py's part
+    of each: together they are the file's tests, none twice."""
     from tests import run
     kernels, others = run.groups()
     files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
-    assert kernels[0] == run.KERNELS and sorted([kernels[0], *others[: len(files) - 1]]) == files
-    assert others[len(files) - 1:] == list(run.MOVED)
+    alone = len(files) - 1 - len(run.BESIDE)             # the files of the other process
+    assert kernels[: 1 + len(run.BESIDE)] == [run.KERNELS, *run.BESIDE]
+    assert sorted([run.KERNELS, *run.BESIDE, *others[:alone]]) == files
+    assert others[alone:] == list(run.MOVED)
     jobs = [subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for args in ([run.KERNELS], kernels, list(run.MOVED))]
-    whole, kept, moved = ({line for line in job.communicate()[0].splitlines() if "::" in line} for job in jobs)
+    whole, kept, moved = ({line for line in job.communicate()[0].splitlines() if line.startswith(f"{run.KERNELS}::")}
+                          for job in jobs)
     assert whole and kept and all(any(t.startswith(f"{test}[") for t in moved) for test in run.MOVED)
     assert not kept & moved and kept | moved == whole
 
