@@ -209,16 +209,17 @@ def dense_slots(spec: oracle.Spec, tokens: int, page: int) -> tuple:
     return num_pages, torch.tensor(slots)
 
 
+def dense_entries(spec: oracle.Spec, values: int) -> list:
+    """(group, entry) of one row's scales as quantize returns them: each quantized segment's entries
+    in record order, unpadded."""
+    return [(seg["scale"], j) for seg, _, _ in oracle._segment_offsets(spec, values) if seg["dtype"] in oracle.ELEMENTS
+            for j in range(spec.segment_values(seg, values) // spec.group_of(seg["scale"], values)[1])]
+
+
 def dense_scale_bytes(spec: oracle.Spec, state: oracle.CacheBytes, plane: str, page_id: int, where: dict) -> np.ndarray:
-    """One row's scales as quantize returns them: each quantized segment's entries in record order, unpadded."""
-    values = state.values
-    parts = []
-    for seg, _, _ in oracle._segment_offsets(spec, values):
-        if seg["dtype"] in oracle.ELEMENTS:
-            g = seg["scale"]
-            for j in range(spec.segment_values(seg, values) // spec.group_of(g, values)[1]):
-                parts.append(state.read(plane, g, page_id, {**where, "scale": j}, spec.scale_bytes(g)))
-    return np.concatenate(parts)
+    """One row's scales as quantize returns them, read from the oracle's cache."""
+    return np.concatenate([state.read(plane, g, page_id, {**where, "scale": j}, spec.scale_bytes(g))
+                           for g, j in dense_entries(spec, state.values)])
 
 
 @pytest.mark.parametrize("src_dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -281,12 +282,10 @@ def test_dequantize_matches_the_oracle(name):
             where = {"slot": slot, "head": head}
             state.write(plane, "records", page_id, where, data_bytes[t, head])
             at = 0
-            for seg, _, _ in oracle._segment_offsets(spec, values):
-                if seg["dtype"] in oracle.ELEMENTS:
-                    g, nb = seg["scale"], spec.scale_bytes(seg["scale"])
-                    for j in range(spec.segment_values(seg, values) // spec.group_of(g, values)[1]):
-                        state.write(plane, g, page_id, {**where, "scale": j}, scale_bytes[t, head, at:at + nb])
-                        at += nb
+            for g, j in dense_entries(spec, values):
+                nb = spec.scale_bytes(g)
+                state.write(plane, g, page_id, {**where, "scale": j}, scale_bytes[t, head, at:at + nb])
+                at += nb
     for out_dtype in (torch.float32, torch.bfloat16):
         want = oracle.gather_dequant(spec, state, loc, out_dtype)[0]
         ref = m.dequantize_ref(data, scale, out_dtype)
