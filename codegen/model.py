@@ -136,9 +136,46 @@ class ScaleGroup:
     @property
     def store_function(self) -> str:
         """The runtime/codes.py function that writes this group's scales (an exponent, or an exact value)."""
-        if self.poison and self.format.name == "fp32":
-            return "_store_fp32"        # a poisoned power of two is written as NaN (its wrapper builds the value)
+        if self.poison and self.format.name == "fp32" and not self.exact:
+            return "_store_fp32_pow2_poison"     # a poisoned power of two is written as NaN
         return self.format.store_value if self.exact else self.format.store_pow2
+
+    @property
+    def store_flags(self) -> str:
+        """Extra constexpr arguments of this group's scale stores: a poisoned power of two's exponent."""
+        return f", POISON={self.poison_exponent}" if self.store_function == "_store_fp32_pow2_poison" else ""
+
+    @property
+    def rule_function(self) -> str:
+        """The runtime/numerics.py function that computes this group's scale from amax's bits: the
+        exponent of a power-of-two rule, or the value of rule exact (relative to a global scale)."""
+        if not self.exact:
+            return "_rule_exponent"
+        return "_relative_scale" if self.two_level else "_exact_scale"
+
+    @property
+    def rule_args(self) -> str:
+        """rule_function's constexpr arguments for this group, as keyword arguments (bit patterns in hex)."""
+        if self.exact:
+            args = {"FMAX": repr(self.element.fmax)}
+            if self.amax_floor is not None:
+                args["FLOOR_BITS"] = f"0x{self.amax_floor_bits:X}"
+            if self.scale_floor is not None:
+                args["SCALE_FLOOR"] = repr(self.scale_floor)
+        else:
+            carry = self.terms.carry
+            args = {"BIAS": str(self.carry_bias if carry is not None else self.element.fmax_exponent),
+                    "LO": str(self.exponent_lo), "HI": str(self.exponent_hi),
+                    "CLAMP_LO": str(self.clamps_lo), "CLAMP_HI": str(self.clamps_hi)}
+            if self.amax_floor is not None:
+                args["FLOOR_BITS"] = f"0x{self.amax_floor_bits:X}"
+            if carry is not None:
+                args["CARRY"] = f"0x{carry[0]:X}"
+            else:
+                args.update({name.upper(): f"0x{t:X}" for name, t in
+                             (("above", self.terms.above), ("at_least", self.terms.at_least), ("below", self.terms.below))
+                             if t is not None})
+        return ", ".join(f"{name}={value}" for name, value in args.items())
 
     @property
     def load_flags(self) -> str:
@@ -672,6 +709,8 @@ class Layout:
                 need.add(g.store_function)
                 if g.rounding == "products":
                     need.add("_encode_e2m1_products")
+            if quantized and writes:
+                need.add(g.rule_function)      # its _<group>_exponent or _<group>_exact_scale (the encode family)
             if reads:
                 need.add(g.format.load)
             if g.word_reads and (reads or "append" in ops):

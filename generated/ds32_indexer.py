@@ -1131,6 +1131,19 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _exact_scale(amax_bits, FMAX: tl.constexpr, FLOOR_BITS: tl.constexpr = None, SCALE_FLOOR: tl.constexpr = None):
+    """Rule exact: amax (raised to FLOOR_BITS, a floor's bits) / FMAX, correctly rounded, raised to
+    SCALE_FLOOR (an fp32 value)."""
+    if FLOOR_BITS is not None:
+        amax_bits = tl.maximum(amax_bits, FLOOR_BITS)
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, FMAX, tl.float32))
+    if SCALE_FLOOR is not None:
+        scale = tl.maximum(scale, SCALE_FLOOR)
+    return scale
+
+
+@triton.jit
 def _saturate(q, FMAX: tl.constexpr):
     """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
     q = tl.where(q > FMAX, FMAX, q)
@@ -1550,8 +1563,7 @@ def _decode_fp8_e4m3fn(codes):
 @triton.jit
 def _k_exact_scale(amax_bits):
     """Scale of group k (rule exact): amax (floored at 0.0001) / 448.0, correctly rounded."""
-    amax = tl.maximum(amax_bits, 0x38D1B717).to(tl.float32, bitcast=True)
-    return tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+    return _exact_scale(amax_bits, FMAX=448.0, FLOOR_BITS=0x38D1B717)
 
 
 @triton.jit

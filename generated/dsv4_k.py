@@ -1135,6 +1135,39 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _rule_exponent(amax_bits, BIAS: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, CLAMP_LO: tl.constexpr,
+                   CLAMP_HI: tl.constexpr, FLOOR_BITS: tl.constexpr = None, CARRY: tl.constexpr = None,
+                   ABOVE: tl.constexpr = None, AT_LEAST: tl.constexpr = None, BELOW: tl.constexpr = None):
+    """A power-of-two scale rule: the exponent e of a group's scale 2**e from its amax's fp32 bits, by
+    exact integer arithmetic (no log2; docs/numerics.md). With amax = 2**E * (1 + mantissa / 2**23):
+    e = E - BIAS + [mantissa > ABOVE] + [mantissa >= AT_LEAST] - [mantissa < BELOW], each term off
+    where None; or, for a rule of one term at most, e = E' - BIAS with E' the exponent field of the
+    bits plus CARRY (the term is the carry out of the mantissa). amax is first raised to FLOOR_BITS
+    (a floor's bits); an infinite amax takes HI; e is clamped to [LO, HI] on the sides the rule's
+    parameters can cross (CLAMP_LO, CLAMP_HI: the group's ScaleGroup.clamps_lo / clamps_hi)."""
+    a = amax_bits
+    if FLOOR_BITS is not None:
+        a = tl.maximum(a, FLOOR_BITS)
+    if CARRY is not None:
+        e = ((a + CARRY) >> _F32_MANTISSA_BITS) - (_F32_BIAS + BIAS)
+    else:
+        mantissa = a & _F32_MANTISSA_MASK
+        e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + BIAS)
+        if ABOVE is not None:
+            e += (mantissa > ABOVE).to(tl.int32)
+        if AT_LEAST is not None:
+            e += (mantissa >= AT_LEAST).to(tl.int32)
+        if BELOW is not None:
+            e -= (mantissa < BELOW).to(tl.int32)
+    e = tl.where(a >= _F32_INF_BITS, HI, e)
+    if CLAMP_LO:
+        e = tl.maximum(e, LO)
+    if CLAMP_HI:
+        e = tl.minimum(e, HI)
+    return e
+
+
+@triton.jit
 def _saturate(q, FMAX: tl.constexpr):
     """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
     q = tl.where(q > FMAX, FMAX, q)
@@ -1597,19 +1630,10 @@ def _decode_fp8_e4m3fn(codes):
 
 @triton.jit
 def _nope_exponent(amax_bits):
-    """Scale exponent e of group nope, rule rceil (fp8_e4m3fn: fmax 448.0 = 2**8 * (1 + 0x600000 / 2**23)).
-
-    Exact integer arithmetic on amax's fp32 bits, amax = 2**E * (1 + mantissa / 2**23) (no log2):
-    e = E - 8 + [mantissa > 0x600000].
-    amax is first raised to the floor 1e-08 (fp32 bits 0x322BCC77).
-    An infinite amax takes the largest exponent; e is clamped to [-127, 127] (no clamp
-    needed: the floor and the largest finite amax fall inside).
-    The term is the carry out of mantissa + 0x1FFFFF into the exponent bits.
-    """
-    a = tl.maximum(amax_bits, 0x322BCC77)
-    e = ((a + 0x1FFFFF) >> _F32_MANTISSA_BITS) - (_F32_BIAS + 8)
-    e = tl.where(a >= _F32_INF_BITS, 127, e)
-    return e
+    """Scale exponent e of group nope, rule rceil (fp8_e4m3fn: fmax 448.0 = 2**8 * (1 + 0x600000 / 2**23)):
+    e = E - 8 + [mantissa > 0x600000] for amax = 2**E * (1 + mantissa / 2**23), amax first raised to 1e-08;
+    an infinite amax takes 127; e within [-127, 127] (see _rule_exponent)."""
+    return _rule_exponent(amax_bits, BIAS=8, LO=-127, HI=127, CLAMP_LO=False, CLAMP_HI=False, FLOOR_BITS=0x322BCC77, CARRY=0x1FFFFF)
 
 
 @triton.jit

@@ -1114,6 +1114,39 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _rule_exponent(amax_bits, BIAS: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, CLAMP_LO: tl.constexpr,
+                   CLAMP_HI: tl.constexpr, FLOOR_BITS: tl.constexpr = None, CARRY: tl.constexpr = None,
+                   ABOVE: tl.constexpr = None, AT_LEAST: tl.constexpr = None, BELOW: tl.constexpr = None):
+    """A power-of-two scale rule: the exponent e of a group's scale 2**e from its amax's fp32 bits, by
+    exact integer arithmetic (no log2; docs/numerics.md). With amax = 2**E * (1 + mantissa / 2**23):
+    e = E - BIAS + [mantissa > ABOVE] + [mantissa >= AT_LEAST] - [mantissa < BELOW], each term off
+    where None; or, for a rule of one term at most, e = E' - BIAS with E' the exponent field of the
+    bits plus CARRY (the term is the carry out of the mantissa). amax is first raised to FLOOR_BITS
+    (a floor's bits); an infinite amax takes HI; e is clamped to [LO, HI] on the sides the rule's
+    parameters can cross (CLAMP_LO, CLAMP_HI: the group's ScaleGroup.clamps_lo / clamps_hi)."""
+    a = amax_bits
+    if FLOOR_BITS is not None:
+        a = tl.maximum(a, FLOOR_BITS)
+    if CARRY is not None:
+        e = ((a + CARRY) >> _F32_MANTISSA_BITS) - (_F32_BIAS + BIAS)
+    else:
+        mantissa = a & _F32_MANTISSA_MASK
+        e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + BIAS)
+        if ABOVE is not None:
+            e += (mantissa > ABOVE).to(tl.int32)
+        if AT_LEAST is not None:
+            e += (mantissa >= AT_LEAST).to(tl.int32)
+        if BELOW is not None:
+            e -= (mantissa < BELOW).to(tl.int32)
+    e = tl.where(a >= _F32_INF_BITS, HI, e)
+    if CLAMP_LO:
+        e = tl.maximum(e, LO)
+    if CLAMP_HI:
+        e = tl.minimum(e, HI)
+    return e
+
+
+@triton.jit
 def _canonical_nan(x):
     """Replace any NaN by the GPU's canonical fp32 NaN, so fp32 outputs are bit-exact everywhere."""
     nan = tl.full(x.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
@@ -1511,17 +1544,10 @@ def _decode_fp4_e2m1(codes):
 
 @triton.jit
 def _nope_exponent(amax_bits):
-    """Scale exponent e of group nope, rule nearest (fp4_e2m1: fmax 6.0 = 2**2 * (1 + 0x400000 / 2**23)).
-
-    Exact integer arithmetic on amax's fp32 bits, amax = 2**E * (1 + mantissa / 2**23) (no log2):
-    e = E - 2 - [mantissa < 0x7C3B7].
-    An infinite amax takes the largest exponent; e is clamped to [-127, 127].
-    The term is the carry out of mantissa + 0x783C49 into the exponent bits.
-    """
-    a = amax_bits
-    e = ((a + 0x783C49) >> _F32_MANTISSA_BITS) - (_F32_BIAS + 3)
-    e = tl.where(a >= _F32_INF_BITS, 127, e)
-    return tl.maximum(e, -127)
+    """Scale exponent e of group nope, rule nearest (fp4_e2m1: fmax 6.0 = 2**2 * (1 + 0x400000 / 2**23)):
+    e = E - 2 - [mantissa < 0x7C3B7] for amax = 2**E * (1 + mantissa / 2**23);
+    an infinite amax takes 127; e within [-127, 127] (see _rule_exponent)."""
+    return _rule_exponent(amax_bits, BIAS=3, LO=-127, HI=127, CLAMP_LO=True, CLAMP_HI=False, CARRY=0x783C49)
 
 
 @triton.jit

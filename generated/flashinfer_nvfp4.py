@@ -1136,6 +1136,14 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _relative_scale(amax_bits, g, FMAX: tl.constexpr):
+    """Rule exact relative to a call-time global scale g (two-level scaling): amax / (FMAX * g), the
+    product rounded to fp32, the quotient correctly rounded."""
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    return tl.math.div_rn(amax, tl.full(amax.shape, FMAX, tl.float32) * g)
+
+
+@triton.jit
 def _saturate(q, FMAX: tl.constexpr):
     """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
     q = tl.where(q > FMAX, FMAX, q)
@@ -1605,9 +1613,7 @@ def _scale_x_exact_scale(amax_bits, g):
     """Scale of group scale_x (rule exact, e4m3): amax / (6.0 * g), g the call's global scale (the product rounded),
     correctly rounded, then rounded to the nearest e4m3 code (ties to even, saturated at 448.0; an
     infinite amax takes 448.0); returned as that code's fp32 value."""
-    amax = amax_bits.to(tl.float32, bitcast=True)
-    scale = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32) * g)
-    return _decode_fp8_e4m3fn(_encode_fp8_e4m3fn(scale))
+    return _decode_fp8_e4m3fn(_encode_fp8_e4m3fn(_relative_scale(amax_bits, g, FMAX=6.0)))
 
 
 @triton.jit

@@ -1136,6 +1136,19 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _exact_scale(amax_bits, FMAX: tl.constexpr, FLOOR_BITS: tl.constexpr = None, SCALE_FLOOR: tl.constexpr = None):
+    """Rule exact: amax (raised to FLOOR_BITS, a floor's bits) / FMAX, correctly rounded, raised to
+    SCALE_FLOOR (an fp32 value)."""
+    if FLOOR_BITS is not None:
+        amax_bits = tl.maximum(amax_bits, FLOOR_BITS)
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, FMAX, tl.float32))
+    if SCALE_FLOOR is not None:
+        scale = tl.maximum(scale, SCALE_FLOOR)
+    return scale
+
+
+@triton.jit
 def _saturate(q, FMAX: tl.constexpr):
     """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
     q = tl.where(q > FMAX, FMAX, q)
@@ -1558,8 +1571,7 @@ def _decode_fp8_e4m3fn(codes):
 @triton.jit
 def _head_exact_scale(amax_bits):
     """Scale of group head (rule exact): amax / 448.0, correctly rounded, at least 9.999999974752427e-07 (the fp32 value of the spec's scale_floor)."""
-    amax = amax_bits.to(tl.float32, bitcast=True)
-    return tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), 9.999999974752427e-07)
+    return _exact_scale(amax_bits, FMAX=448.0, SCALE_FLOOR=9.999999974752427e-07)
 
 
 @triton.jit

@@ -175,6 +175,14 @@ def _store_fp32_pow2(addr, exponent, mask, EVICTION: tl.constexpr):
 
 
 @triton.jit
+def _store_fp32_pow2_poison(addr, exponent, mask, EVICTION: tl.constexpr, POISON: tl.constexpr):
+    """Write fp32 scales 2**exponent at byte addresses `addr`; a poisoned group's exponent (POISON,
+    one above the format's range) as the canonical NaN."""
+    nan = tl.full(exponent.shape, _F32_CANONICAL_NAN_BITS, tl.int32).to(tl.float32, bitcast=True)
+    _store_fp32(addr, tl.where(exponent == POISON, nan, _exp2i(exponent)), mask, EVICTION)
+
+
+@triton.jit
 def _store_codes(addr, codes, mask, EVICTION: tl.constexpr):
     """Write one-byte scale codes (fp8 scales, already encoded) at byte addresses `addr`."""
     tl.store(addr, codes, mask=mask, eviction_policy=EVICTION)

@@ -63,6 +63,60 @@ def _magnitude_bits(x):
 
 
 @triton.jit
+def _rule_exponent(amax_bits, BIAS: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, CLAMP_LO: tl.constexpr,
+                   CLAMP_HI: tl.constexpr, FLOOR_BITS: tl.constexpr = None, CARRY: tl.constexpr = None,
+                   ABOVE: tl.constexpr = None, AT_LEAST: tl.constexpr = None, BELOW: tl.constexpr = None):
+    """A power-of-two scale rule: the exponent e of a group's scale 2**e from its amax's fp32 bits, by
+    exact integer arithmetic (no log2; docs/numerics.md). With amax = 2**E * (1 + mantissa / 2**23):
+    e = E - BIAS + [mantissa > ABOVE] + [mantissa >= AT_LEAST] - [mantissa < BELOW], each term off
+    where None; or, for a rule of one term at most, e = E' - BIAS with E' the exponent field of the
+    bits plus CARRY (the term is the carry out of the mantissa). amax is first raised to FLOOR_BITS
+    (a floor's bits); an infinite amax takes HI; e is clamped to [LO, HI] on the sides the rule's
+    parameters can cross (CLAMP_LO, CLAMP_HI: the group's ScaleGroup.clamps_lo / clamps_hi)."""
+    a = amax_bits
+    if FLOOR_BITS is not None:
+        a = tl.maximum(a, FLOOR_BITS)
+    if CARRY is not None:
+        e = ((a + CARRY) >> _F32_MANTISSA_BITS) - (_F32_BIAS + BIAS)
+    else:
+        mantissa = a & _F32_MANTISSA_MASK
+        e = (a >> _F32_MANTISSA_BITS) - (_F32_BIAS + BIAS)
+        if ABOVE is not None:
+            e += (mantissa > ABOVE).to(tl.int32)
+        if AT_LEAST is not None:
+            e += (mantissa >= AT_LEAST).to(tl.int32)
+        if BELOW is not None:
+            e -= (mantissa < BELOW).to(tl.int32)
+    e = tl.where(a >= _F32_INF_BITS, HI, e)
+    if CLAMP_LO:
+        e = tl.maximum(e, LO)
+    if CLAMP_HI:
+        e = tl.minimum(e, HI)
+    return e
+
+
+@triton.jit
+def _exact_scale(amax_bits, FMAX: tl.constexpr, FLOOR_BITS: tl.constexpr = None, SCALE_FLOOR: tl.constexpr = None):
+    """Rule exact: amax (raised to FLOOR_BITS, a floor's bits) / FMAX, correctly rounded, raised to
+    SCALE_FLOOR (an fp32 value)."""
+    if FLOOR_BITS is not None:
+        amax_bits = tl.maximum(amax_bits, FLOOR_BITS)
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, FMAX, tl.float32))
+    if SCALE_FLOOR is not None:
+        scale = tl.maximum(scale, SCALE_FLOOR)
+    return scale
+
+
+@triton.jit
+def _relative_scale(amax_bits, g, FMAX: tl.constexpr):
+    """Rule exact relative to a call-time global scale g (two-level scaling): amax / (FMAX * g), the
+    product rounded to fp32, the quotient correctly rounded."""
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    return tl.math.div_rn(amax, tl.full(amax.shape, FMAX, tl.float32) * g)
+
+
+@triton.jit
 def _saturate(q, FMAX: tl.constexpr):
     """Clamp to [-FMAX, FMAX]; NaN passes through (the integer encoder needs it before rounding)."""
     q = tl.where(q > FMAX, FMAX, q)
