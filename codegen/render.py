@@ -89,7 +89,7 @@ def _env() -> jinja2.Environment:
 RUNTIME_OPTIONAL = {
     "checks": {"_round_up": "round_up", "_prepare_store": ("store_rows", "append"),
                "_odd_source": ("store_rows", "store_parts", "append"), "_prepare_store_inputs": "store_parts", "_check_rows": "store_checks",
-               "_rows_cap": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
+               "_rows_cap": "launch_shape", "_launch_shape": "launch_shape", "_sm_count": "launch_shape", "_prev_pow2": "launch_shape",
                "_lane_group": "lane_group", "_scale_word_bytes": "word_scales",
                "_check_given_scales": ("store_checks", "given_checks"),
                "_given_steps": "given_checks", "_check_head_offsets": ("store_checks", "gather_dequant"),
@@ -140,6 +140,11 @@ RUNTIME_OPTIONAL = {
     "slots": {"_slot_written": "store_checks", "_program_tokens": "lane_rows", "_head_rows": "head_rows", "_write_targets": "quantize_store",
               "_grouped_lane_tokens": "gather_dequant", "_read_targets": "gather_dequant", "_block_in_page": "slot_blocks",
               "_row_offset": ("quantize_store", "gather_dequant")},
+    "outputs": {"_prepare_gather": "gather_dequant", "_gather_outputs": "gather_dequant",
+                "_gather_dequant_fake": "gather_dequant", "_prepare_quantize": "quantize",
+                "_quantize_outputs": "quantize", "_quantize_fake": "quantize", "_dtype_names": "dequantize",
+                "_prepare_dequantize": "dequantize", "_dequantize_output": "dequantize",
+                "_dequantize_fake": "dequantize"},
     "reset": {},
     "append": {},
     "append_host": {},
@@ -150,16 +155,22 @@ RUNTIME_OPTIONAL = {
 
 
 @functools.lru_cache(maxsize=None)
+def _runtime_nodes(name: str) -> tuple:
+    """(text, the COPY marker's line, the top-level ast nodes below it) of codegen/runtime/<name>.py."""
+    text = (RUNTIME / f"{name}.py").read_text()
+    head, marker, _ = text.partition(COPY_MARKER)
+    if not marker:
+        raise RuntimeError(f"codegen/runtime/{name}.py has no '{COPY_MARKER}' line")
+    offset = head.count("\n") + 1
+    return text, offset, [n for n in ast.parse(text).body if n.lineno > offset]
+
+
+@functools.lru_cache(maxsize=None)
 def _runtime_parts(name: str) -> tuple:
     """codegen/runtime/<name>.py below its COPY marker, as (top-level name or None, source) parts, each
     with its decorators and leading comments."""
-    text = (RUNTIME / f"{name}.py").read_text()
-    head, marker, body = text.partition(COPY_MARKER)
-    if not marker:
-        raise RuntimeError(f"codegen/runtime/{name}.py has no '{COPY_MARKER}' line")
-    offset = head.count("\n") + 1                     # the marker's line
+    text, offset, nodes = _runtime_nodes(name)
     lines = text.split("\n")
-    nodes = [n for n in ast.parse(text).body if n.lineno > offset]
     parts, start = [], offset                          # 0-based index of the first line after the marker
     for node, following in zip(nodes, nodes[1:] + [None]):
         end = (min([following.lineno] + [d.lineno for d in getattr(following, "decorator_list", [])]) - 1 if following is not None
@@ -173,18 +184,59 @@ def _runtime_parts(name: str) -> tuple:
     return tuple(parts)
 
 
-def runtime_source(name: str, layout: Layout | None = None) -> str:
+# The runtime files each kind of module carries (the append's only with an append op).
+LAYOUT_RUNTIME = ("numerics", "segments", "slots", "codes", "checks", "host", "outputs", "reset", "torch_ops",
+                  "ref_numerics", "ref_ops")
+APPEND_RUNTIME = ("append", "append_host")
+COMPAT_RUNTIME = ("compat_host",)
+
+
+def runtime_source(name: str, layout: Layout | Compat | None = None) -> str:
     """The ordinary source of codegen/runtime/<name>.py below its COPY marker, which every generated
     module carries verbatim (so modules stay standalone); with a layout, without the optional helpers
-    (RUNTIME_OPTIONAL) whose family the layout does not need."""
-    optional = RUNTIME_OPTIONAL[name]
+    (RUNTIME_OPTIONAL) that neither a family the layout needs nor a carried helper names."""
+    parts = _runtime_parts(name)
+    if layout is None:
+        return "\n\n\n".join(src for _, src in parts) + "\n"
+    kept = _carried(layout)[name]
+    return "\n\n\n".join(src for named, src in parts if named in kept) + "\n"
 
-    def wanted(named: str) -> bool:
-        families = optional[named]
-        return bool(layout.needs & ({families} if isinstance(families, str) else set(families)))
 
-    keep = [src for named, src in _runtime_parts(name) if layout is None or named not in optional or wanted(named)]
-    return "\n\n\n".join(keep) + "\n"
+def _carried(module: Layout | Compat) -> dict:
+    """{runtime file: the names of its parts a module carries (None: its parts that are not a def)}:
+    the helpers of the families the module needs, then every optional helper a carried one names.
+    A carried helper may name one in a branch this layout never takes (a reference's call-time
+    scale branch in a layout without them); it is carried too, so that the module defines every
+    name it uses (linters flag an undefined one in vendored code)."""
+    if isinstance(module, Compat):
+        return _carried_for(COMPAT_RUNTIME, module.needs)
+    return _carried_for(LAYOUT_RUNTIME + (APPEND_RUNTIME if "append" in module.ops else ()), module.needs)
+
+
+@functools.lru_cache(maxsize=None)
+def _carried_for(files: tuple, needs: frozenset) -> dict:
+    """_carried for the runtime files a module carries and the families it needs."""
+
+    def wanted(families) -> bool:
+        return bool(needs & ({families} if isinstance(families, str) else set(families)))
+
+    kept = {f: {named for named, _ in _runtime_parts(f)
+                if named not in RUNTIME_OPTIONAL[f] or wanted(RUNTIME_OPTIONAL[f][named])} for f in files}
+    while True:
+        used = set().union(*(names for f in files
+                             for (named, _), names in zip(_runtime_parts(f), _runtime_names(f)) if named in kept[f]))
+        more = {f: (used & set(RUNTIME_OPTIONAL[f])) - kept[f] for f in files}
+        if not any(more.values()):
+            return kept
+        for f in files:
+            kept[f] |= more[f]
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_names(name: str) -> tuple:
+    """The names each part of _runtime_parts(name) reads (ast Name loads), in the same order."""
+    return tuple(frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+                 for node in _runtime_nodes(name)[2])
 
 
 def wrap_params(items, indent: int = 4, width: int = 112) -> str:

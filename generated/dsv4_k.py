@@ -44,6 +44,8 @@ HEADS = 1
 VALUES = 512
 PAGE_SIZE_MULTIPLE = 1
 _DENSE_HEADS = 1  # the head count quantize/dequantize compute their geometry at
+# quantize's (data, scale) dtypes
+_DENSE_DATA_DTYPE, _DENSE_SCALE_DTYPE = torch.uint8, torch.uint8
 SINK_SLOT = None
 SCALE_GROUP_TOKENS = 1  # slots that share one scale (1: each token has its own)
 SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -78,6 +80,12 @@ class RawCache(Cache):
 _RECORDS_FIELD = "cache.k_cache"
 _RECORDS_NAME = _RECORDS_FIELD[len("cache."):]
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_NAME)
+# A row of the records field's last dim, where the spec leaves values to the tensors: _ROW_PLANES
+# records (every plane's where the order ends with plane), each of values' codes (_CODES_PER_BYTE to a
+# byte) and _RECORD_OVERHEAD bytes of inline scales.
+_ROW_PLANES = 1
+_CODES_PER_BYTE = 1
+_RECORD_OVERHEAD = 0
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
 # The Cache fields holding records (one per plane, or one for every plane).
@@ -179,6 +187,27 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
     """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError): a
     dict of the caller's own (the kernels launch from a cached one, which it must not change)."""
     return dict(_checked_geometry(page_size, heads, values))
+
+
+def _cache_dims(cache) -> tuple:
+    """(heads, values) of a cache: from the spec, else from the records field's last two dims (its
+    last dim: _ROW_PLANES records, each of values' codes and _RECORD_OVERHEAD bytes)."""
+    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
+        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if HEADS is not None and VALUES is not None:
+        return HEADS, VALUES
+    records = cache[_RECORDS_INDEX]
+    _check_tensor(_RECORDS_FIELD, records)
+    if records.dim() < 3:
+        raise ValueError(f"{_RECORDS_FIELD}: expected (..., heads, values) trailing dims, got shape {tuple(records.shape)}")
+    heads = records.shape[-2] if HEADS is None else HEADS
+    if VALUES is not None:
+        return heads, VALUES
+    width, rows = records.shape[-1], _ROW_PLANES
+    if (rows > 1 or _RECORD_OVERHEAD) and (width % rows or width // rows <= _RECORD_OVERHEAD):
+        raise ValueError(f"{_RECORDS_FIELD}: a last dim of {width} is not {rows} record(s) of values"
+                         + (f" and {_RECORD_OVERHEAD} scale bytes" if _RECORD_OVERHEAD else ""))
+    return heads, (width // rows - _RECORD_OVERHEAD) * _CODES_PER_BYTE
 
 
 def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
@@ -632,6 +661,19 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=256)
+def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
+    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
+    chunks (a power of two of each quantized segment's scale tiles, within `elements` per program)
+    and warps of one op for one value count."""
+    knobs = LAUNCH[op]
+    elements = knobs["elements"]
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
+    chunks = {name: _prev_pow2(min(_next_pow2(tiles), max(1, elements // (rows * tile))))
+              for name, tiles, tile in _segment_tiles(values)}
+    return dict(BLOCK_T=rows, num_warps=knobs["num_warps"], **chunks)
+
+
 def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
     """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
     per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
@@ -676,13 +718,6 @@ def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     knobs = LAUNCH[op]
     on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
-
-
-def _cache_dims(cache) -> tuple:
-    """(heads, values) of a cache: from the spec, else from the records buffer's last two dims."""
-    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
-        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    return HEADS, VALUES
 
 
 def _index(value, name: str, least: int = 1) -> int:
@@ -1058,17 +1093,11 @@ _MAX_PLANS = 256
 _PLANS = {op: _Plans() for op in OPS}
 
 
-@functools.lru_cache(maxsize=256)
-def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
-    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
-    chunks and warps of one op for one value count."""
-    knobs = LAUNCH[op]
-    elements = knobs["elements"]
-    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
-    return dict(
-        BLOCK_T=rows,
-        num_warps=knobs["num_warps"],
-        NOPE_CHUNK=_prev_pow2(min(_next_pow2(7), max(1, elements // (rows * 64)))),
+def _segment_tiles(values: int) -> tuple:
+    """Per quantized segment, for `values` values per head: (its chunk constexpr, its scale tiles per
+    row, values per tile), which _launch_shape sizes the tile loops from."""
+    return (
+        ("NOPE_CHUNK", 7, 64),
     )
 
 
@@ -1769,50 +1798,6 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     return outs[0] if len(PLANES) == 1 else outs
 
 
-def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -> tuple:
-    """Checks for the readers (and the call-time scales); returns (one destination per plane, geometry, pages)."""
-    heads, values = _cache_dims(cache)
-    device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
-    _check_index("token_ids", token_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
-    n_tokens = token_ids.shape[0]
-    if out is None:
-        out, = _gather_outputs(cache, token_ids)
-    outs = (out,)
-    views = []
-    for name, o in zip(_OUT_NAMES, outs):
-        _check_tensor(name, o, OUT_DTYPES, (3,) if HEADS is None else (2, 3), device, written=True)
-        _check_distinct_elements(name, o)
-        # (T, heads, values), or where heads is fixed (T, heads * values) as the writers take it too
-        shape = (n_tokens, heads, values) if o.dim() == 3 else (n_tokens, heads * values)
-        if tuple(o.shape) != shape or (o.stride(-1) != 1 and shape[-1] > 1):
-            shapes = f"{(n_tokens, heads, values)}" + ("" if HEADS is None else f" or {(n_tokens, heads * values)}")
-            raise ValueError(f"{name}: expected shape {shapes} with a contiguous last dim, "
-                             f"got {tuple(o.shape)} strides {tuple(o.stride())}")
-        if o.dim() == 2:
-            o = o.view(n_tokens, heads, values)
-        _check_head_offsets(name, o)
-        views.append(o)
-    if len({o.dtype for o in views}) > 1:
-        raise ValueError("out: all planes must share one dtype")
-    tensors = (token_ids, *cache, *scales, *outs)
-    _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
-    return tuple(views), geo, num_pages
-
-
-def _gather_outputs(cache, token_ids) -> tuple:
-    """gather_dequant's destinations where no out is passed: one bf16 (T, heads, values) tensor per plane."""
-    heads, values = _cache_dims(cache)
-    return tuple(torch.empty((token_ids.shape[0], heads, values), dtype=torch.bfloat16, device=token_ids.device)
-                 for _ in PLANES)
-
-
-def _gather_dequant_fake(cache, token_ids, *args):
-    """gather_dequant's outputs (no out passed), of the compiler's fake tensors (see register_torch_ops)."""
-    outs = _gather_outputs(cache, token_ids)
-    return outs[0] if len(PLANES) == 1 else outs
-
-
 @triton.jit
 def _quantize_store_kernel(
     k_ptr, k_stride_t, k_stride_h,
@@ -1935,31 +1920,6 @@ def quantize(x: torch.Tensor, *, pdl: bool | None = None):
     return data, scale
 
 
-def _prepare_quantize(x) -> tuple:
-    """Checks for quantize; returns (2-D rows with a contiguous last dim, leading shape, geometry)."""
-    _check_tensor("x", x, SOURCE_DTYPES)
-    if x.dim() == 0:
-        raise ValueError("x: expected at least one dim")
-    values = x.shape[-1]
-    geo = _dense_geometry(values, "x", x.shape)
-    x2 = x.reshape(-1, values)
-    if x2.stride(1) != 1 and values > 1:
-        x2 = x2.contiguous()
-    return x2, tuple(x.shape[:-1]), geo
-
-
-def _quantize_outputs(x, lead: tuple, geo: dict) -> tuple:
-    """quantize's (data, scale) for rows of leading shape `lead`."""
-    return (torch.empty((*lead, geo["RECORD_BYTES"]), dtype=torch.uint8, device=x.device),
-            torch.empty((*lead, geo["DENSE_SCALES"]), dtype=torch.uint8, device=x.device))
-
-
-def _quantize_fake(x):
-    """quantize's outputs, of the compiler's fake tensors (see register_torch_ops)."""
-    _, lead, geo = _prepare_quantize(x)
-    return _quantize_outputs(x, lead, geo)
-
-
 @triton.jit
 def _dequantize_kernel(
     data_ptr, scale_ptr, n_rows, out_ptr,
@@ -2022,18 +1982,97 @@ _DEQUANTIZE_DATA_DTYPES = (torch.uint8, torch.int8)
 _DEQUANTIZE_SCALE_DTYPES = (torch.uint8, torch.int8, torch.float8_e8m0fnu)
 
 
+# --- the checks and destinations of the ops that return tensors ---------------------------------
+def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -> tuple:
+    """Checks for the readers (and the call-time scales); returns (one destination per plane, geometry, pages)."""
+    heads, values = _cache_dims(cache)
+    device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
+    _check_index("token_ids", token_ids, device)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
+    if _GIVEN_SCALES:
+        _check_given_scales(scales, device, heads)
+    n_tokens = token_ids.shape[0]
+    if out is None:
+        out = _gather_outputs(cache, token_ids)
+    elif len(PLANES) == 1:
+        out = (out,)
+    if not isinstance(out, (tuple, list)) or len(out) != len(PLANES):
+        raise ValueError(f"out: expected a tuple of {len(PLANES)} tensors ({', '.join(PLANES)})")
+    views = []
+    for name, o in zip(_OUT_NAMES, out):
+        _check_tensor(name, o, OUT_DTYPES, (3,) if HEADS is None else (2, 3), device, written=True)
+        _check_distinct_elements(name, o)
+        # (T, heads, values), or where heads is fixed (T, heads * values) as the writers take it too
+        shape = (n_tokens, heads, values) if o.dim() == 3 else (n_tokens, heads * values)
+        if tuple(o.shape) != shape or (o.stride(-1) != 1 and shape[-1] > 1):
+            shapes = f"{(n_tokens, heads, values)}" + ("" if HEADS is None else f" or {(n_tokens, heads * values)}")
+            raise ValueError(f"{name}: expected shape {shapes} with a contiguous last dim, "
+                             f"got {tuple(o.shape)} strides {tuple(o.stride())}")
+        if o.dim() == 2:
+            o = o.view(n_tokens, heads, values)
+        _check_head_offsets(name, o)
+        views.append(o)
+    if len({o.dtype for o in views}) > 1:
+        raise ValueError("out: all planes must share one dtype")
+    _check_apart(_GATHER_NAMES, (token_ids, *cache, *scales, *out), _GATHER_WRITTEN)
+    return tuple(views), geo, num_pages
+
+
+def _gather_outputs(cache, token_ids) -> tuple:
+    """gather_dequant's destinations where no out is passed: one bf16 (T, heads, values) tensor per plane."""
+    heads, values = _cache_dims(cache)
+    return tuple(torch.empty((token_ids.shape[0], heads, values), dtype=torch.bfloat16, device=token_ids.device)
+                 for _ in PLANES)
+
+
+def _gather_dequant_fake(cache, token_ids, *args):
+    """gather_dequant's outputs (no out passed), of the compiler's fake tensors (see register_torch_ops)."""
+    outs = _gather_outputs(cache, token_ids)
+    return outs[0] if len(PLANES) == 1 else outs
+
+
+def _prepare_quantize(x) -> tuple:
+    """Checks for quantize; returns (2-D rows with a contiguous last dim, leading shape, geometry)."""
+    _check_tensor("x", x, SOURCE_DTYPES)
+    if x.dim() == 0:
+        raise ValueError("x: expected at least one dim")
+    values = x.shape[-1]
+    geo = _dense_geometry(values, "x", x.shape)
+    x2 = x.reshape(-1, values)
+    if x2.stride(1) != 1 and values > 1:
+        x2 = x2.contiguous()
+    return x2, tuple(x.shape[:-1]), geo
+
+
+def _quantize_outputs(x, lead: tuple, geo: dict) -> tuple:
+    """quantize's (data, scale) for rows of leading shape `lead`."""
+    return (torch.empty((*lead, geo["RECORD_BYTES"]), dtype=_DENSE_DATA_DTYPE, device=x.device),
+            torch.empty((*lead, geo["DENSE_SCALES"]), dtype=_DENSE_SCALE_DTYPE, device=x.device))
+
+
+def _quantize_fake(x):
+    """quantize's outputs, of the compiler's fake tensors (see register_torch_ops)."""
+    _, lead, geo = _prepare_quantize(x)
+    return _quantize_outputs(x, lead, geo)
+
+
+def _dtype_names(dtypes: tuple) -> str:
+    return "/".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
 def _prepare_dequantize(data, scale, out_dtype) -> tuple:
-    """Checks for dequantize; returns (2-D uint8 records, 2-D uint8 scales, leading shape, geometry)."""
+    """Checks for dequantize; returns (2-D uint8 records, 2-D scales as the kernel reads them, leading
+    shape, geometry)."""
     _check_tensor("data", data)
     _check_tensor("scale", scale, None, None, data.device)
     if data.dtype not in _DEQUANTIZE_DATA_DTYPES or data.dim() == 0:
-        raise ValueError(f"data: expected uint8/int8 records (..., record bytes), "
+        raise ValueError(f"data: expected {_dtype_names(_DEQUANTIZE_DATA_DTYPES)} records (..., record bytes), "
                          f"got {data.dtype} {tuple(data.shape)}")
     if scale.dtype not in _DEQUANTIZE_SCALE_DTYPES:
-        raise ValueError(f"scale: expected uint8/int8/float8_e8m0fnu scales, got {scale.dtype}")
+        raise ValueError(f"scale: expected {_dtype_names(_DEQUANTIZE_SCALE_DTYPES)} scales, got {scale.dtype}")
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype: {out_dtype} is not supported; use one of {', '.join(map(str, OUT_DTYPES))}")
-    values = VALUES
+    values = VALUES if VALUES is not None else data.shape[-1]
     geo = _dense_geometry(values, "data", data.shape)
     if data.shape[-1] != geo["RECORD_BYTES"]:
         raise ValueError(f"data: last dim must be {geo['RECORD_BYTES']} record bytes, got {tuple(data.shape)}")
@@ -2041,7 +2080,9 @@ def _prepare_dequantize(data, scale, out_dtype) -> tuple:
     if tuple(scale.shape) != lead + (geo["DENSE_SCALES"],):
         raise ValueError(f"scale: expected shape {lead + (geo['DENSE_SCALES'],)}, got {tuple(scale.shape)}")
     data2 = data.reshape(-1, geo["RECORD_BYTES"]).contiguous().view(torch.uint8)
-    scale2 = scale.reshape(-1, geo["DENSE_SCALES"]).contiguous().view(torch.uint8)
+    scale2 = scale.reshape(-1, geo["DENSE_SCALES"]).contiguous()
+    if _DENSE_SCALE_DTYPE == torch.uint8:      # one-byte scales: their bytes, whichever view was passed
+        scale2 = scale2.view(torch.uint8)
     return data2, scale2, lead, geo
 
 
@@ -2461,6 +2502,15 @@ def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> tor
     return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
 
 
+def _ref_encode_products(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """x / d -> fp4 e2m1 codes by comparing |x| with d times each midpoint, each product an fp32
+    (the kernels' _encode_e2m1_products): the sign is x's bit, a NaN's too; d = 0 gives +0."""
+    a = x.abs()
+    code = sum(((a >= d * m) if tie_up else (a > d * m)).to(torch.int32) for m, tie_up in _E2M1_MIDPOINTS)
+    code = code | ((x.view(torch.int32) >> 28) & 0x8)
+    return torch.where(d > 0, code, 0).to(torch.uint8)
+
+
 def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) -> tuple:
     """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
     format packs two, and the fp32 scales or exponents (..., tiles)). global_scale: a two-level
@@ -2485,6 +2535,20 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) 
         scale = torch.where(nan, float("nan"), scale) if g.exact else torch.where(nan, g.exponent_max + 1, scale)
     codes = codes.flatten(-2)
     return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+
+
+def _ref_given_codes(seg: _RefSegment, rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """rows (..., seg.values) divided by a call-time fp32 scale (correctly rounded, as a float64
+    quotient of two fp32 values rounded to fp32 is) -> the segment's codes."""
+    q = (rows.to(torch.float32).to(torch.float64) / scale.to(torch.float64)).to(torch.float32)
+    return _ref_encode(q, seg.code)
+
+
+def _ref_given_scale(seg: _RefSegment, scales: tuple, plane: int) -> torch.Tensor:
+    """A given segment's call-time scale for one plane (scales are plane-major, then by group), shaped
+    to multiply (tokens, heads, values) rows: one for the plane, or one per head."""
+    scale = scales[plane * (len(scales) // len(PLANES)) + seg.given_index].reshape(-1)
+    return scale[:, None] if scale.numel() > 1 else scale.reshape(())
 
 
 def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:

@@ -80,6 +80,12 @@ class RawCache(Cache):
 _RECORDS_FIELD = "cache.k_cache"
 _RECORDS_NAME = _RECORDS_FIELD[len("cache."):]
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_NAME)
+# A row of the records field's last dim, where the spec leaves values to the tensors: _ROW_PLANES
+# records (every plane's where the order ends with plane), each of values' codes (_CODES_PER_BYTE to a
+# byte) and _RECORD_OVERHEAD bytes of inline scales.
+_ROW_PLANES = 1
+_CODES_PER_BYTE = 1
+_RECORD_OVERHEAD = 0
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
 # The Cache fields holding records (one per plane, or one for every plane).
@@ -177,6 +183,27 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
     """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError): a
     dict of the caller's own (the kernels launch from a cached one, which it must not change)."""
     return dict(_checked_geometry(page_size, heads, values))
+
+
+def _cache_dims(cache) -> tuple:
+    """(heads, values) of a cache: from the spec, else from the records field's last two dims (its
+    last dim: _ROW_PLANES records, each of values' codes and _RECORD_OVERHEAD bytes)."""
+    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
+        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if HEADS is not None and VALUES is not None:
+        return HEADS, VALUES
+    records = cache[_RECORDS_INDEX]
+    _check_tensor(_RECORDS_FIELD, records)
+    if records.dim() < 3:
+        raise ValueError(f"{_RECORDS_FIELD}: expected (..., heads, values) trailing dims, got shape {tuple(records.shape)}")
+    heads = records.shape[-2] if HEADS is None else HEADS
+    if VALUES is not None:
+        return heads, VALUES
+    width, rows = records.shape[-1], _ROW_PLANES
+    if (rows > 1 or _RECORD_OVERHEAD) and (width % rows or width // rows <= _RECORD_OVERHEAD):
+        raise ValueError(f"{_RECORDS_FIELD}: a last dim of {width} is not {rows} record(s) of values"
+                         + (f" and {_RECORD_OVERHEAD} scale bytes" if _RECORD_OVERHEAD else ""))
+    return heads, (width // rows - _RECORD_OVERHEAD) * _CODES_PER_BYTE
 
 
 def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
@@ -621,6 +648,19 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=256)
+def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
+    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
+    chunks (a power of two of each quantized segment's scale tiles, within `elements` per program)
+    and warps of one op for one value count."""
+    knobs = LAUNCH[op]
+    elements = knobs["elements"]
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
+    chunks = {name: _prev_pow2(min(_next_pow2(tiles), max(1, elements // (rows * tile))))
+              for name, tiles, tile in _segment_tiles(values)}
+    return dict(BLOCK_T=rows, num_warps=knobs["num_warps"], **chunks)
+
+
 def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
     """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
     per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
@@ -665,13 +705,6 @@ def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     knobs = LAUNCH[op]
     on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
-
-
-def _cache_dims(cache) -> tuple:
-    """(heads, values) of a cache: from the spec, else from the records buffer's last two dims."""
-    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
-        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    return HEADS, VALUES
 
 
 def _index(value, name: str, least: int = 1) -> int:
@@ -1047,17 +1080,11 @@ _MAX_PLANS = 256
 _PLANS = {op: _Plans() for op in OPS}
 
 
-@functools.lru_cache(maxsize=256)
-def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
-    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
-    chunks and warps of one op for one value count."""
-    knobs = LAUNCH[op]
-    elements = knobs["elements"]
-    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
-    return dict(
-        BLOCK_T=rows,
-        num_warps=knobs["num_warps"],
-        NOPE_CHUNK=_prev_pow2(min(_next_pow2(28), max(1, elements // (rows * 16)))),
+def _segment_tiles(values: int) -> tuple:
+    """Per quantized segment, for `values` values per head: (its chunk constexpr, its scale tiles per
+    row, values per tile), which _launch_shape sizes the tile loops from."""
+    return (
+        ("NOPE_CHUNK", 28, 16),
     )
 
 
@@ -1710,51 +1737,6 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_glob
     return outs[0] if len(PLANES) == 1 else outs
 
 
-def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -> tuple:
-    """Checks for the readers (and the call-time scales); returns (one destination per plane, geometry, pages)."""
-    heads, values = _cache_dims(cache)
-    device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
-    _check_index("token_ids", token_ids, device)
-    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
-    _check_given_scales(scales, device, heads)
-    n_tokens = token_ids.shape[0]
-    if out is None:
-        out, = _gather_outputs(cache, token_ids)
-    outs = (out,)
-    views = []
-    for name, o in zip(_OUT_NAMES, outs):
-        _check_tensor(name, o, OUT_DTYPES, (3,) if HEADS is None else (2, 3), device, written=True)
-        _check_distinct_elements(name, o)
-        # (T, heads, values), or where heads is fixed (T, heads * values) as the writers take it too
-        shape = (n_tokens, heads, values) if o.dim() == 3 else (n_tokens, heads * values)
-        if tuple(o.shape) != shape or (o.stride(-1) != 1 and shape[-1] > 1):
-            shapes = f"{(n_tokens, heads, values)}" + ("" if HEADS is None else f" or {(n_tokens, heads * values)}")
-            raise ValueError(f"{name}: expected shape {shapes} with a contiguous last dim, "
-                             f"got {tuple(o.shape)} strides {tuple(o.stride())}")
-        if o.dim() == 2:
-            o = o.view(n_tokens, heads, values)
-        _check_head_offsets(name, o)
-        views.append(o)
-    if len({o.dtype for o in views}) > 1:
-        raise ValueError("out: all planes must share one dtype")
-    tensors = (token_ids, *cache, *scales, *outs)
-    _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
-    return tuple(views), geo, num_pages
-
-
-def _gather_outputs(cache, token_ids) -> tuple:
-    """gather_dequant's destinations where no out is passed: one bf16 (T, heads, values) tensor per plane."""
-    heads, values = _cache_dims(cache)
-    return tuple(torch.empty((token_ids.shape[0], heads, values), dtype=torch.bfloat16, device=token_ids.device)
-                 for _ in PLANES)
-
-
-def _gather_dequant_fake(cache, token_ids, *args):
-    """gather_dequant's outputs (no out passed), of the compiler's fake tensors (see register_torch_ops)."""
-    outs = _gather_outputs(cache, token_ids)
-    return outs[0] if len(PLANES) == 1 else outs
-
-
 @triton.jit
 def _quantize_store_kernel(
     k_ptr, k_stride_t, k_stride_h,
@@ -1824,6 +1806,55 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
         constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo, **_given_steps((k_global,)))
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan, tensors)
+
+
+# --- the checks and destinations of the ops that return tensors ---------------------------------
+def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -> tuple:
+    """Checks for the readers (and the call-time scales); returns (one destination per plane, geometry, pages)."""
+    heads, values = _cache_dims(cache)
+    device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
+    _check_index("token_ids", token_ids, device)
+    geo, num_pages = _check_cache(cache, page_size, heads, values, device)
+    if _GIVEN_SCALES:
+        _check_given_scales(scales, device, heads)
+    n_tokens = token_ids.shape[0]
+    if out is None:
+        out = _gather_outputs(cache, token_ids)
+    elif len(PLANES) == 1:
+        out = (out,)
+    if not isinstance(out, (tuple, list)) or len(out) != len(PLANES):
+        raise ValueError(f"out: expected a tuple of {len(PLANES)} tensors ({', '.join(PLANES)})")
+    views = []
+    for name, o in zip(_OUT_NAMES, out):
+        _check_tensor(name, o, OUT_DTYPES, (3,) if HEADS is None else (2, 3), device, written=True)
+        _check_distinct_elements(name, o)
+        # (T, heads, values), or where heads is fixed (T, heads * values) as the writers take it too
+        shape = (n_tokens, heads, values) if o.dim() == 3 else (n_tokens, heads * values)
+        if tuple(o.shape) != shape or (o.stride(-1) != 1 and shape[-1] > 1):
+            shapes = f"{(n_tokens, heads, values)}" + ("" if HEADS is None else f" or {(n_tokens, heads * values)}")
+            raise ValueError(f"{name}: expected shape {shapes} with a contiguous last dim, "
+                             f"got {tuple(o.shape)} strides {tuple(o.stride())}")
+        if o.dim() == 2:
+            o = o.view(n_tokens, heads, values)
+        _check_head_offsets(name, o)
+        views.append(o)
+    if len({o.dtype for o in views}) > 1:
+        raise ValueError("out: all planes must share one dtype")
+    _check_apart(_GATHER_NAMES, (token_ids, *cache, *scales, *out), _GATHER_WRITTEN)
+    return tuple(views), geo, num_pages
+
+
+def _gather_outputs(cache, token_ids) -> tuple:
+    """gather_dequant's destinations where no out is passed: one bf16 (T, heads, values) tensor per plane."""
+    heads, values = _cache_dims(cache)
+    return tuple(torch.empty((token_ids.shape[0], heads, values), dtype=torch.bfloat16, device=token_ids.device)
+                 for _ in PLANES)
+
+
+def _gather_dequant_fake(cache, token_ids, *args):
+    """gather_dequant's outputs (no out passed), of the compiler's fake tensors (see register_torch_ops)."""
+    outs = _gather_outputs(cache, token_ids)
+    return outs[0] if len(PLANES) == 1 else outs
 
 
 # --- page reset: every layout ---------------------------------------------------------------------
@@ -2262,6 +2293,13 @@ def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) 
         scale = torch.where(nan, float("nan"), scale) if g.exact else torch.where(nan, g.exponent_max + 1, scale)
     codes = codes.flatten(-2)
     return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+
+
+def _ref_given_codes(seg: _RefSegment, rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """rows (..., seg.values) divided by a call-time fp32 scale (correctly rounded, as a float64
+    quotient of two fp32 values rounded to fp32 is) -> the segment's codes."""
+    q = (rows.to(torch.float32).to(torch.float64) / scale.to(torch.float64)).to(torch.float32)
+    return _ref_encode(q, seg.code)
 
 
 def _ref_given_scale(seg: _RefSegment, scales: tuple, plane: int) -> torch.Tensor:

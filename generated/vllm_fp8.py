@@ -75,6 +75,12 @@ class RawCache(Cache):
 _RECORDS_FIELD = "cache.k_cache"
 _RECORDS_NAME = _RECORDS_FIELD[len("cache."):]
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_NAME)
+# A row of the records field's last dim, where the spec leaves values to the tensors: _ROW_PLANES
+# records (every plane's where the order ends with plane), each of values' codes (_CODES_PER_BYTE to a
+# byte) and _RECORD_OVERHEAD bytes of inline scales.
+_ROW_PLANES = 1
+_CODES_PER_BYTE = 1
+_RECORD_OVERHEAD = 0
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES', 'CACHE_PAGE_BYTES')
 # The Cache fields holding records (one per plane, or one for every plane).
@@ -162,6 +168,27 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
     """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError): a
     dict of the caller's own (the kernels launch from a cached one, which it must not change)."""
     return dict(_checked_geometry(page_size, heads, values))
+
+
+def _cache_dims(cache) -> tuple:
+    """(heads, values) of a cache: from the spec, else from the records field's last two dims (its
+    last dim: _ROW_PLANES records, each of values' codes and _RECORD_OVERHEAD bytes)."""
+    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
+        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if HEADS is not None and VALUES is not None:
+        return HEADS, VALUES
+    records = cache[_RECORDS_INDEX]
+    _check_tensor(_RECORDS_FIELD, records)
+    if records.dim() < 3:
+        raise ValueError(f"{_RECORDS_FIELD}: expected (..., heads, values) trailing dims, got shape {tuple(records.shape)}")
+    heads = records.shape[-2] if HEADS is None else HEADS
+    if VALUES is not None:
+        return heads, VALUES
+    width, rows = records.shape[-1], _ROW_PLANES
+    if (rows > 1 or _RECORD_OVERHEAD) and (width % rows or width // rows <= _RECORD_OVERHEAD):
+        raise ValueError(f"{_RECORDS_FIELD}: a last dim of {width} is not {rows} record(s) of values"
+                         + (f" and {_RECORD_OVERHEAD} scale bytes" if _RECORD_OVERHEAD else ""))
+    return heads, (width // rows - _RECORD_OVERHEAD) * _CODES_PER_BYTE
 
 
 def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
@@ -606,6 +633,19 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=256)
+def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
+    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
+    chunks (a power of two of each quantized segment's scale tiles, within `elements` per program)
+    and warps of one op for one value count."""
+    knobs = LAUNCH[op]
+    elements = knobs["elements"]
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
+    chunks = {name: _prev_pow2(min(_next_pow2(tiles), max(1, elements // (rows * tile))))
+              for name, tiles, tile in _segment_tiles(values)}
+    return dict(BLOCK_T=rows, num_warps=knobs["num_warps"], **chunks)
+
+
 def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
     """The most rows per program (a power of two) with which a call of `rows` rows, `lanes` programs
     per group of rows (planes x heads), still gives every SM of a CUDA device a program: a decode-size
@@ -650,17 +690,6 @@ def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     knobs = LAUNCH[op]
     on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
-
-
-def _cache_dims(cache) -> tuple:
-    """(heads, values) of a cache: from the spec, else from the records buffer's last two dims."""
-    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
-        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
-    records = cache[_RECORDS_INDEX]
-    _check_tensor(_RECORDS_FIELD, records)
-    if records.dim() < 3:
-        raise ValueError(f"{_RECORDS_FIELD}: expected (..., heads, values) trailing dims, got shape {tuple(records.shape)}")
-    return records.shape[-2], records.shape[-1]
 
 
 def _index(value, name: str, least: int = 1) -> int:
@@ -1036,17 +1065,11 @@ _MAX_PLANS = 256
 _PLANS = {op: _Plans() for op in OPS}
 
 
-@functools.lru_cache(maxsize=256)
-def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
-    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
-    chunks and warps of one op for one value count."""
-    knobs = LAUNCH[op]
-    elements = knobs["elements"]
-    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
-    return dict(
-        BLOCK_T=rows,
-        num_warps=knobs["num_warps"],
-        X_CHUNK=_prev_pow2(min(_next_pow2(values), max(1, elements // (rows * 1)))),
+def _segment_tiles(values: int) -> tuple:
+    """Per quantized segment, for `values` values per head: (its chunk constexpr, its scale tiles per
+    row, values per tile), which _launch_shape sizes the tile loops from."""
+    return (
+        ("X_CHUNK", values, 1),
     )
 
 
@@ -1559,21 +1582,24 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scal
     return outs[0] if len(PLANES) == 1 else outs
 
 
+# --- the checks and destinations of the ops that return tensors ---------------------------------
 def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -> tuple:
     """Checks for the readers (and the call-time scales); returns (one destination per plane, geometry, pages)."""
     heads, values = _cache_dims(cache)
     device = token_ids.device if isinstance(token_ids, torch.Tensor) else None
     _check_index("token_ids", token_ids, device)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device)
-    _check_given_scales(scales, device, heads)
+    if _GIVEN_SCALES:
+        _check_given_scales(scales, device, heads)
     n_tokens = token_ids.shape[0]
     if out is None:
         out = _gather_outputs(cache, token_ids)
+    elif len(PLANES) == 1:
+        out = (out,)
     if not isinstance(out, (tuple, list)) or len(out) != len(PLANES):
         raise ValueError(f"out: expected a tuple of {len(PLANES)} tensors ({', '.join(PLANES)})")
-    outs = tuple(out)
     views = []
-    for name, o in zip(_OUT_NAMES, outs):
+    for name, o in zip(_OUT_NAMES, out):
         _check_tensor(name, o, OUT_DTYPES, (3,) if HEADS is None else (2, 3), device, written=True)
         _check_distinct_elements(name, o)
         # (T, heads, values), or where heads is fixed (T, heads * values) as the writers take it too
@@ -1588,8 +1614,7 @@ def _prepare_gather(cache, token_ids, page_size: int, out, scales: tuple = ()) -
         views.append(o)
     if len({o.dtype for o in views}) > 1:
         raise ValueError("out: all planes must share one dtype")
-    tensors = (token_ids, *cache, *scales, *outs)
-    _check_apart(_GATHER_NAMES, tensors, _GATHER_WRITTEN)
+    _check_apart(_GATHER_NAMES, (token_ids, *cache, *scales, *out), _GATHER_WRITTEN)
     return tuple(views), geo, num_pages
 
 
@@ -1809,6 +1834,19 @@ def _ref_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
 
 
+def _ref_magnitude_bits(x32: torch.Tensor) -> torch.Tensor:
+    bits = x32.view(torch.int32) & 0x7FFFFFFF
+    return torch.where(bits > 0x7F800000, 0, bits)
+
+
+def _ref_exp2i(n: torch.Tensor) -> torch.Tensor:
+    n = n.to(torch.int32)
+    normal = (n + 127) << 23
+    subnormal = torch.ones_like(n) << (n + 149).clamp(0, 22)
+    bits = torch.where(n >= 1 - 127, normal, torch.where(n >= -149, subnormal, 0))
+    return bits.view(torch.float32)
+
+
 _E2M1_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
@@ -1834,6 +1872,11 @@ def _ref_decode(codes: torch.Tensor, dtype: str) -> torch.Tensor:
         table = torch.tensor(_E2M1_VALUES + tuple(-v for v in _E2M1_VALUES), device=codes.device)
         return table[codes.to(torch.int64)]
     return codes.view(_CODE_DTYPES[dtype][0]).to(torch.float32)
+
+
+def _ref_pack(codes: torch.Tensor) -> torch.Tensor:
+    """(..., 2n) 4-bit codes -> (..., n) bytes: value 2i in the low nibble of byte i, 2i + 1 in the high."""
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
 
 
 def _ref_unpack(packed: torch.Tensor) -> torch.Tensor:
@@ -1929,6 +1972,103 @@ class _RefSegment(NamedTuple):
         return slice(self.byte_offset, self.byte_offset + self.nbytes)
 
 
+def _ref_exponent(g: _RefGroup, amax_bits: torch.Tensor) -> torch.Tensor:
+    """A power-of-two rule: the unbiased exponent from amax's fp32 bits (the kernels' _<group>_exponent):
+    the exponent of amax / fmax, bumped by the rule's mantissa terms; infinity gives the largest."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    mantissa = a & _FP32_MANTISSA_MASK
+    e = (a >> 23) - (127 + g.fmax_exponent)
+    if g.above is not None:
+        e = e + (mantissa > g.above).to(torch.int32)
+    if g.at_least is not None:
+        e = e + (mantissa >= g.at_least).to(torch.int32)
+    if g.below is not None:
+        e = e - (mantissa < g.below).to(torch.int32)
+    e = torch.where(a >= _FP32_EXPONENT_ALL_ONES, g.exponent_hi, e)
+    return e.clamp(g.exponent_lo, g.exponent_hi)
+
+
+def _ref_exact_scale(g: _RefGroup, amax_bits: torch.Tensor, global_scale=None) -> torch.Tensor:
+    """Rule exact: amax (floored) / fmax in fp32, correctly rounded (a float64 quotient of two fp32
+    values rounds to the correctly rounded fp32 one; torch's CUDA division by a scalar multiplies by
+    its reciprocal, which is not), then raised to the scale floor. Two-level: amax / (fmax * g), the
+    product rounded to fp32. An fp8 scale format: that scale rounded to its nearest code (saturated),
+    as the code's fp32 value."""
+    a = amax_bits.to(torch.int32).clamp(min=g.floor_bits)
+    divisor = torch.tensor(g.fmax, dtype=torch.float32, device=a.device)
+    if global_scale is not None:
+        divisor = divisor * global_scale
+    scale = (a.view(torch.float32).to(torch.float64) / divisor.to(torch.float64)).to(torch.float32)
+    if g.code is not None:
+        return _ref_decode(_ref_encode(scale, g.code), g.code)
+    return scale.clamp(min=g.scale_floor) if g.scale_floor else scale
+
+
+def _ref_scale_store(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor, scale: torch.Tensor) -> None:
+    """Write scales (exact fp32 values, or exponents) at byte addresses `addr` of the uint8 view `flat`."""
+    if g.format == "ue8m0":
+        flat[addr] = (scale + g.bias).to(torch.uint8)
+        return
+    if g.code is not None:
+        flat[addr] = _ref_encode(scale, g.code)
+        return
+    value = scale if g.exact else _ref_exp2i(scale)
+    if g.poison:                 # a poisoned group's scale (NaN, or the exponent above the range): the canonical NaN
+        nan = (value.isnan() if g.exact else scale > g.exponent_max)
+        value = torch.where(nan, torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=value.device).view(torch.float32), value)
+    # (flattened first: an empty tensor may have a last stride of 0, which a view to bytes refuses)
+    flat[addr[..., None] + torch.arange(4, device=addr.device)] = value.reshape(-1).view(torch.uint8).view(*scale.shape, 4)
+
+
+def _ref_scale_load(g: _RefGroup, flat: torch.Tensor, addr: torch.Tensor) -> torch.Tensor:
+    """Read scales at byte addresses `addr` as fp32 (the kernels' _<group>_load)."""
+    if g.format == "ue8m0":
+        bits = flat[addr].to(torch.int32) << 23
+        if g.zero_is_pow2:
+            bits = torch.where(bits == 0, 1 << 22, bits)        # 2^-127, a subnormal
+        if g.ff_is_nan:
+            bits = torch.where(bits == 0xFF << 23, 0x7FFFFFFF, bits)   # the GPU's canonical NaN
+        return bits.view(torch.float32)
+    if g.code is not None:
+        return _ref_decode(flat[addr], g.code)
+    return flat[addr[..., None] + torch.arange(4, device=addr.device)].view(torch.float32)[..., 0]
+
+
+def _ref_encode_products(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """x / d -> fp4 e2m1 codes by comparing |x| with d times each midpoint, each product an fp32
+    (the kernels' _encode_e2m1_products): the sign is x's bit, a NaN's too; d = 0 gives +0."""
+    a = x.abs()
+    code = sum(((a >= d * m) if tie_up else (a > d * m)).to(torch.int32) for m, tie_up in _E2M1_MIDPOINTS)
+    code = code | ((x.view(torch.int32) >> 28) & 0x8)
+    return torch.where(d > 0, code, 0).to(torch.uint8)
+
+
+def _ref_quantize_rows(seg: _RefSegment, rows: torch.Tensor, global_scale=None) -> tuple:
+    """rows (..., seg.values) -> (the segment's bytes (..., seg.nbytes): its codes, packed where the
+    format packs two, and the fp32 scales or exponents (..., tiles)). global_scale: a two-level
+    group's call-time scale g, shaped to broadcast over the scales: values are divided by scale * g."""
+    g = seg.group
+    x = _ref_cast(rows, torch.float32, computed=False).unflatten(-1, (seg.tiles, -1))   # as the GPU widens: NaN signs
+    amax = _ref_magnitude_bits(x).amax(-1)
+    if g.exact:
+        scale = _ref_exact_scale(g, amax, global_scale)
+        d = (scale if global_scale is None else scale * global_scale)[..., None]
+        if g.products:
+            codes = _ref_encode_products(x, d).flatten(-2)
+            return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+        q = torch.where(d > 0, (x.to(torch.float64) / d.to(torch.float64)).to(torch.float32), 0.0)
+    else:
+        scale = _ref_exponent(g, amax)
+        q = x * _ref_exp2i(-scale)[..., None]
+    codes = _ref_encode(q, seg.code)
+    if g.poison:                 # a NaN among a group's values: every code the NaN code, the scale NaN
+        nan = x.isnan().any(-1)
+        codes = torch.where(nan[..., None], _CODE_DTYPES[seg.code][2], codes).to(torch.uint8)
+        scale = torch.where(nan, float("nan"), scale) if g.exact else torch.where(nan, g.exponent_max + 1, scale)
+    codes = codes.flatten(-2)
+    return (_ref_pack(codes) if seg.packing == 2 else codes), scale
+
+
 def _ref_given_codes(seg: _RefSegment, rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """rows (..., seg.values) divided by a call-time fp32 scale (correctly rounded, as a float64
     quotient of two fp32 values rounded to fp32 is) -> the segment's codes."""
@@ -1969,6 +2109,15 @@ def _ref_slot_coords(G, loc: torch.Tensor) -> tuple:
 def _ref_segment_bytes(seg: _RefSegment, rec_row: torch.Tensor) -> torch.Tensor:
     """Byte addresses of a segment in the records at `rec_row` (..., 1): (..., seg.nbytes)."""
     return rec_row + seg.byte_offset + torch.arange(seg.nbytes, device=rec_row.device)
+
+
+def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) -> torch.Tensor:
+    """Byte addresses of a segment's scales for each (slot, head) row of a plane: (..., seg.tiles)."""
+    first = seg.scale_row(G, plane, page, slot, head, block)[..., None]
+    entry = torch.arange(seg.tiles, device=first.device)
+    if seg.scale_split == 1:
+        return first + entry * seg.scale_stride
+    return first + entry // seg.scale_split * seg.scale_stride + entry % seg.scale_split * seg.scale_lo
 
 
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:

@@ -35,7 +35,8 @@ INPUTS: tuple = ()
 _STORE_NAMES: tuple = ()
 _STORE_WRITTEN: tuple = ()
 _GIVEN_SCALES: tuple = ()
-_geometry = _index = _cache_dims = _check_apart = _wait_for_previous = cache_shapes = None
+_ROW_PLANES, _CODES_PER_BYTE, _RECORD_OVERHEAD = 1, 1, 0
+_geometry = _index = _check_apart = _wait_for_previous = cache_shapes = _segment_tiles = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
 
@@ -68,6 +69,27 @@ def geometry(page_size: int, heads: int, values: int) -> dict:
     """Byte strides and offsets for one call shape, as kernel constexprs (raises ValueError): a
     dict of the caller's own (the kernels launch from a cached one, which it must not change)."""
     return dict(_checked_geometry(page_size, heads, values))
+
+
+def _cache_dims(cache) -> tuple:
+    """(heads, values) of a cache: from the spec, else from the records field's last two dims (its
+    last dim: _ROW_PLANES records, each of values' codes and _RECORD_OVERHEAD bytes)."""
+    if not isinstance(cache, tuple) or len(cache) != len(Cache._fields):
+        raise ValueError(f"cache: expected a {LAYOUT}.Cache with fields {', '.join(Cache._fields)}")
+    if HEADS is not None and VALUES is not None:
+        return HEADS, VALUES
+    records = cache[_RECORDS_INDEX]
+    _check_tensor(_RECORDS_FIELD, records)
+    if records.dim() < 3:
+        raise ValueError(f"{_RECORDS_FIELD}: expected (..., heads, values) trailing dims, got shape {tuple(records.shape)}")
+    heads = records.shape[-2] if HEADS is None else HEADS
+    if VALUES is not None:
+        return heads, VALUES
+    width, rows = records.shape[-1], _ROW_PLANES
+    if (rows > 1 or _RECORD_OVERHEAD) and (width % rows or width // rows <= _RECORD_OVERHEAD):
+        raise ValueError(f"{_RECORDS_FIELD}: a last dim of {width} is not {rows} record(s) of values"
+                         + (f" and {_RECORD_OVERHEAD} scale bytes" if _RECORD_OVERHEAD else ""))
+    return heads, (width // rows - _RECORD_OVERHEAD) * _CODES_PER_BYTE
 
 
 def _checked_geometry(page_size: int, heads: int, values: int) -> dict:
@@ -563,6 +585,19 @@ def _prepare_store_inputs(parts: tuple, loc, cache, page_size: int, scales: tupl
 def _sm_count(index: int) -> int:
     """Streaming multiprocessors of CUDA device `index`."""
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=256)
+def _launch_shape(op: str, values: int, cap: int = 64) -> dict:
+    """Tokens per program (at most `cap`, see _rows_cap, unless the op's block_tokens says), tile-loop
+    chunks (a power of two of each quantized segment's scale tiles, within `elements` per program)
+    and warps of one op for one value count."""
+    knobs = LAUNCH[op]
+    elements = knobs["elements"]
+    rows = knobs["block_tokens"] or _prev_pow2(max(1, min(64, cap, elements // values)))
+    chunks = {name: _prev_pow2(min(_next_pow2(tiles), max(1, elements // (rows * tile))))
+              for name, tiles, tile in _segment_tiles(values)}
+    return dict(BLOCK_T=rows, num_warps=knobs["num_warps"], **chunks)
 
 
 def _rows_cap(rows: int, lanes: int, device: torch.device) -> int:
