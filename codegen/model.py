@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .expr import Expr, NextPow2, RoundUp, const, contains, next_pow2
+from .expr import Expr, RoundUp, const, contains, next_pow2
 from .formats import ELEMENT_FORMATS, FP32_MAX_BITS, ElementFormat, RawDtype, RuleTerms, ScaleFormat, fp32_value
 
 # Launch knobs that shape a kernel's code, fixed when its module is generated (not in LAUNCH).

@@ -9,7 +9,7 @@ import torch
 
 from tests import oracle
 from tests.conftest import DEVICE
-from tests.corpus import adversarial_rows, generator, random_bytes
+from tests.corpus import adversarial_rows, generator
 from tests.harness import (ROOT, SPECS, assert_same_bytes, assert_same_cache, clone, dims, fresh_cache, given,
                            given_floats, module, pairs, per_plane, sources)
 

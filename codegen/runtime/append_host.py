@@ -20,6 +20,7 @@ _WORD_RESCALE_CODES = False
 _RECORD_FIELDS: tuple = ()
 _RECORD_WORD_ALIGNED: tuple = ()
 _append_lone_kernel = _append_runs_kernel = _compute_capability = _next_pow2 = _cdiv = None
+_kernel_cache = None
 _dependent_launch = _chain = _launch = _scale_word_bytes = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------

@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import torch
 
-from .ref_numerics import (_ref_bytes, _ref_cast, _ref_decode, _ref_encode, _ref_exp2i, _ref_magnitude_bits, _ref_pack,
-                           _ref_unpack)
+from .ref_numerics import (_E2M1_MIDPOINTS, _ref_bytes, _ref_cast, _ref_decode, _ref_encode, _ref_exp2i,
+                           _ref_magnitude_bits, _ref_pack, _ref_unpack)
 
 # Each generated module defines these (see the module docstring).
 PLANES: tuple = ()
@@ -35,6 +35,7 @@ _REF_DENSE_DTYPES = (torch.uint8, torch.uint8)
 INPUTS: tuple = ()
 _index = _prepare_gather = _prepare_store = _prepare_store_inputs = _prepare_quantize = _prepare_dequantize = None
 _ref_segments = _ref_record_row = None
+_CODE_DTYPES: dict = {}
 
 # --- COPY: everything below is copied into each generated module ------------------------------
 

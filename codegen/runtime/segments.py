@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 # Names each generated module defines before this code (stand-ins: see numerics.py).
-_convert = _magnitude_bits = _exp2i = _canonical_nan = None
+_convert = _magnitude_bits = _exp2i = _canonical_nan = _divisor = _quotient = None
 _F32_CANONICAL_NAN_BITS = 0x7FFFFFFF
 
 # --- COPY: everything below is copied into each generated module ------------------------------
