@@ -928,6 +928,25 @@ class Compat:
                          | ({"require"} if any(f.require for f in self.functions) else set()))
 
 
+# Annotations and defaults of the ops' parameters (a call-time tensor otherwise), and their results.
+_PARAM_TEXT = {"cache": "cache: Cache", "page_size": "page_size: int", "out": "out=None",
+               "out_dtype": "out_dtype: torch.dtype = torch.bfloat16"}
+
+
+def op_signature(layout: Layout, op: str) -> tuple:
+    """The parameters of a generated operation's def, annotated, and of its ``_ref``'s (the same):
+    op_params, then the keyword-only launch option pdl."""
+    return (*(_PARAM_TEXT.get(name, f"{name}: torch.Tensor") for name in op_params(layout, op)),
+            "*", "pdl: bool | None = None")
+
+
+def op_returns(layout: Layout, op: str) -> str:
+    """The result annotation of a generated operation (and of its ``_ref``)."""
+    if op == "gather_dequant":
+        return "torch.Tensor" if len(layout.planes) == 1 else "tuple"
+    return {"quantize_store": "None", "append": "None", "quantize": "tuple", "dequantize": "torch.Tensor"}[op]
+
+
 def op_params(layout: Layout, op: str) -> tuple:
     """The parameters of a generated operation (and of its ``_ref``), in order."""
     base = op[:-4] if op.endswith("_ref") else op

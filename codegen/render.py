@@ -15,7 +15,7 @@ import jinja2
 
 from . import language
 from .explain import plane_buffers
-from .model import Compat, Layout, op_params
+from .model import Compat, Layout, op_params, op_returns, op_signature
 from .schema import field_rows
 from .writer import SCHEMA_ID
 
@@ -80,7 +80,7 @@ def _env() -> jinja2.Environment:
     env.filters["wrap_params"] = wrap_params
     env.filters["torch_dtypes"] = lambda names: "(" + ", ".join(f"torch.{n}" for n in names) + ("," if len(names) == 1 else "") + ")"
     env.filters["pydict"] = lambda d: "{" + ", ".join(f"{k!r}: {v!r}" for k, v in d.items()) + "}"
-    env.globals.update(op_params=op_params, runtime=runtime_source, plane_buffers=plane_buffers)
+    env.globals.update(op_params=op_params, op_def=op_def, runtime=runtime_source, plane_buffers=plane_buffers)
     return env
 
 
@@ -237,6 +237,14 @@ def _runtime_names(name: str) -> tuple:
     """The names each part of _runtime_parts(name) reads (ast Name loads), in the same order."""
     return tuple(frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
                  for node in _runtime_nodes(name)[2])
+
+
+def op_def(layout: Layout, op: str, suffix: str = "") -> str:
+    """The def line of an op (suffix "") or of its reference (suffix "_ref"): one signature for both
+    (model.op_signature), wrapped under its opening parenthesis."""
+    name = f"{op}{suffix}"
+    params = wrap_params(op_signature(layout, op), indent=len(name) + 5)[:-1]     # no comma after the last
+    return f"def {name}({params}) -> {op_returns(layout, op)}:"
 
 
 def wrap_params(items, indent: int = 4, width: int = 112) -> str:

@@ -1710,7 +1710,7 @@ def _gather_dequant_kernel(
         CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last")
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None) -> torch.Tensor:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -1786,8 +1786,7 @@ def _quantize_store_kernel(
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
 
 
-def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
-                   pdl: bool | None = None) -> None:
+def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
     """Quantize k and scatter them into `cache` at slots `loc` (one fused launch).
 
     k: (T, heads, values) or (T, heads * values) bf16/fp16/fp32, last dim contiguous.
@@ -1845,7 +1844,7 @@ def _quantize_kernel(
         SC_STRIDE=1, TILES=KV_TILES, CHUNK=KV_CHUNK, SCALE_EVICTION="")
 
 
-def quantize(x: torch.Tensor, *, pdl: bool | None = None):
+def quantize(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
     """Quantize rows of `x` (..., 512) bf16/fp16/fp32 into this layout's record form.
 
     Returns (data, scale): data (..., 512) float8_e4m3fn holds each row's record exactly as the
@@ -2677,25 +2676,28 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
+                       pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)
 
 
-def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
+def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
+                       pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store((k,), loc, cache, page_size)
 
 
-def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None):
+def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
     """Pure-torch twin of quantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode():
         return _ref_quantize(x)
 
 
-def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *, pdl: bool | None = None) -> torch.Tensor:
+def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
+                   pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode():
         return _ref_dequantize(data, scale, out_dtype)

@@ -1665,7 +1665,7 @@ def _gather_dequant_kernel(
     _load_rope(records, rec_row, ok, k_out_ptr, out_row, in_range)
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None) -> torch.Tensor:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -1743,8 +1743,7 @@ def _quantize_store_kernel(
     _store_rope(k_ptr, x_row, in_range, ok, records, rec_row)
 
 
-def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
-                   pdl: bool | None = None) -> None:
+def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
     """Quantize k and scatter them into `cache` at slots `loc` (one fused launch).
 
     k: (T, heads, values) or (T, heads * values) bf16/fp16/fp32, last dim contiguous.
@@ -2418,13 +2417,15 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
+                       pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)
 
 
-def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
+def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
+                       pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store((k,), loc, cache, page_size)

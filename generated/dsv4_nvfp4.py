@@ -1691,7 +1691,7 @@ def _gather_dequant_kernel(
 
 
 def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_global: torch.Tensor, out=None, *,
-                   pdl: bool | None = None):
+                   pdl: bool | None = None) -> torch.Tensor:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -2450,15 +2450,15 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, k_global: torch.Tensor, out=None, *,
-                       pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, k_global: torch.Tensor, out=None,
+                       *, pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out, (k_global,))
 
 
-def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, k_global: torch.Tensor, *,
-                       pdl: bool | None = None) -> None:
+def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, k_global: torch.Tensor,
+                       *, pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store((k,), loc, cache, page_size, (k_global,))

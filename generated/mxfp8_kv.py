@@ -1809,7 +1809,7 @@ def _gather_dequant_kernel(
             CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last")
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None) -> tuple:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -1878,7 +1878,7 @@ def _quantize_kernel(
         SC_STRIDE=1, TILES=X_TILES, CHUNK=X_CHUNK, SCALE_EVICTION="")
 
 
-def quantize(x: torch.Tensor, *, pdl: bool | None = None):
+def quantize(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
     """Quantize rows of `x` (..., values) bf16/fp16/fp32 into this layout's record form.
 
     Returns (data, scale): data (..., values) float8_e4m3fn holds each row's record exactly as the
@@ -2711,25 +2711,28 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
+def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
+                       pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store((k, v), loc, cache, page_size)
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
+                       pdl: bool | None = None) -> tuple:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)
 
 
-def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None):
+def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
     """Pure-torch twin of quantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode():
         return _ref_quantize(x)
 
 
-def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *, pdl: bool | None = None) -> torch.Tensor:
+def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
+                   pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode():
         return _ref_dequantize(data, scale, out_dtype)

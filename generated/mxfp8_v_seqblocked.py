@@ -2235,8 +2235,7 @@ def _append_runs_kernel(
 # The layout's facts for the host side of the append (codegen/runtime/append_host.py).
 _WORD_RESCALE_CODES = True     # its codes take the inline-PTX word rescale
 _RECORD_WORD_ALIGNED = ('CACHE_PAGE_BYTES', 'CACHE_RECORDS_OFFSET', 'CACHE_RECORDS_SLOT_STRIDE', 'CACHE_RECORDS_HEAD_STRIDE')
-def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
-           pdl: bool | None = None) -> None:
+def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
     """Append rows to the seq-blocked cache, one ue8m0 exponent per 32-slot block, head and value index.
 
     v: (T, heads, values) bf16/fp16/fp32, last dim contiguous.
@@ -2387,7 +2386,7 @@ def _gather_dequant_kernel(
         CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last", WORD=WORD)
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None) -> torch.Tensor:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -3018,7 +3017,8 @@ def append_ref(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int,
         _ref_append((v,), loc, cache, page_size)
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
+                       pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)

@@ -1779,7 +1779,7 @@ def _gather_dequant_kernel(
     _load_rope(records, rec_row, ok, k_out_ptr, out_row, in_range)
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None) -> torch.Tensor:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -2468,14 +2468,15 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def quantize_store_ref(kv_c: torch.Tensor, k_pe: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
-                       pdl: bool | None = None) -> None:
+def quantize_store_ref(kv_c: torch.Tensor, k_pe: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int,
+                       *, pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store_inputs((kv_c, k_pe), loc, cache, page_size)
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
+                       pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)

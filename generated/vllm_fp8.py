@@ -1451,8 +1451,8 @@ def _quantize_store_kernel(
             TILES=X_TILES, CHUNK=X_CHUNK)
 
 
-def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, k_scale: torch.Tensor, v_scale: torch.Tensor, *,
-                   pdl: bool | None = None) -> None:
+def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int,
+                   k_scale: torch.Tensor, v_scale: torch.Tensor, *, pdl: bool | None = None) -> None:
     """Quantize k and v and scatter them into `cache` at slots `loc` (one fused launch).
 
     k: (T, heads, values) bf16/fp16/fp32, last dim contiguous.
@@ -1535,8 +1535,8 @@ def _gather_dequant_kernel(
             TILES=X_TILES, CHUNK=X_CHUNK, CANON_NAN=CANON_NAN)
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scale: torch.Tensor, v_scale: torch.Tensor, out=None, *,
-                   pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scale: torch.Tensor,
+                   v_scale: torch.Tensor, out=None, *, pdl: bool | None = None) -> tuple:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -2217,15 +2217,15 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, k_scale: torch.Tensor, v_scale: torch.Tensor, *,
-                       pdl: bool | None = None) -> None:
+def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int,
+                       k_scale: torch.Tensor, v_scale: torch.Tensor, *, pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store((k, v), loc, cache, page_size, (k_scale, v_scale,))
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scale: torch.Tensor, v_scale: torch.Tensor, out=None, *,
-                       pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scale: torch.Tensor,
+                       v_scale: torch.Tensor, out=None, *, pdl: bool | None = None) -> tuple:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out, (k_scale, v_scale,))

@@ -1760,7 +1760,7 @@ def _gather_dequant_kernel(
             CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last", GROUP=X_GROUP, LANES=X_LANES)
 
 
-def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None) -> tuple:
     """Dequantize the records of `token_ids` into dense rows.
 
     token_ids: (T,) int32/int64 slot ids; negative ids (and ids past the cache) give zero rows.
@@ -2444,13 +2444,15 @@ def _ref_segments(G) -> tuple:
     )
 
 
-def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
+def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
+                       pdl: bool | None = None) -> None:
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(cache):
         _ref_quantize_store((k, v), loc, cache, page_size)
 
 
-def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *, pdl: bool | None = None):
+def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
+                       pdl: bool | None = None) -> tuple:
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)
