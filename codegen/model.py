@@ -254,6 +254,22 @@ class Segment:
         return str(g.tile), (str(lanes) if lanes != g.tile else None)
 
     @property
+    def quantize_flags(self) -> str:
+        """The keyword arguments a stored-scale segment's _quantize_ wrapper adds to its walk beyond
+        the defaults: a global scale, products rounding, NaN poisoning, divisors known to be narrow."""
+        g = self.scale
+        flags = []
+        if g.two_level:
+            flags.append("GLOBAL=True, g=g")
+        if g.rounding == "products":
+            flags.append("PRODUCTS=True")
+        if g.poison:
+            flags.append(f"POISON=True, NAN_CODE=0x{self.element.nan_code:X}, POISON_EXPONENT={g.poison_exponent}")
+        if not g.wide_divisors:
+            flags.append("WIDE=False")
+        return "".join(f", {f}" for f in flags)
+
+    @property
     def byte_end(self) -> Expr:
         """The record byte after the segment."""
         return self.byte_offset + self.nbytes
