@@ -685,7 +685,8 @@ class Layout:
 
     @property
     def needs(self) -> frozenset:
-        """The helper families this layout's ops call, so a module carries exactly the helpers it uses:
+        """The helper families this layout's ops call, so a module carries the helpers it uses (and
+        those they name: render._carried):
         write_values / read_values (per segment and scale group: quantize_store and quantize /
         gather_dequant and dequantize), encode (fp8 encoders), decode, amax (amax, scale rules and
         power-of-two scaling, for stored scales), scale_writes / scale_reads / cache_scales (stored

@@ -110,7 +110,7 @@ RUNTIME_OPTIONAL = {
               "_e2m1_code_steps": "_encode_e2m1", "_e2m1_code": "_encode_e2m1",
               "_decode_e2m1": "_decode_e2m1", "_encode_e2m1_products": "_encode_e2m1_products",
               "_store_codes": "_store_codes", "_load_codes": "_load_codes", "_store_ue8m0": "_store_ue8m0",
-              "_store_fp32": ("_store_fp32", "_store_fp32_pow2_poison"), "_store_fp32_pow2": "_store_fp32_pow2",
+              "_store_fp32": "_store_fp32", "_store_fp32_pow2": "_store_fp32_pow2",
               "_store_fp32_pow2_poison": "_store_fp32_pow2_poison", "_ue8m0_from_bytes": "_load_ue8m0",
               "_load_ue8m0": "_load_ue8m0", "_load_fp32": "_load_fp32", "_ue8m0_word_bytes": "_ue8m0_word_bytes",
               "_load_ue8m0_words": "_load_ue8m0_words"},
@@ -227,7 +227,7 @@ def _carried_for(files: tuple, needs: frozenset) -> dict:
                              for (named, _), names in zip(_runtime_parts(f), _runtime_names(f)) if named in kept[f]))
         more = {f: (used & set(RUNTIME_OPTIONAL[f])) - kept[f] for f in files}
         if not any(more.values()):
-            return kept
+            return {f: frozenset(names) for f, names in kept.items()}
         for f in files:
             kept[f] |= more[f]
 

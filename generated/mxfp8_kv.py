@@ -2042,6 +2042,7 @@ def _quantize_fake(x):
 
 
 def _dtype_names(dtypes: tuple) -> str:
+    """Torch dtypes as an error message names them: "uint8/int8"."""
     return "/".join(str(d).removeprefix("torch.") for d in dtypes)
 
 

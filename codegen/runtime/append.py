@@ -3,7 +3,7 @@ a block, fresh runs, block exponents, and the rescale of a block's kept codes. S
 for the algorithm and its terms (lone, run, leader, fresh run, kept slots).
 
 Everything below the COPY marker is copied into the generated module of every layout with an
-append (see host.py), less the helpers it does not call (render.RUNTIME_OPTIONAL). The layout's
+append (see host.py), less the helpers it does not call (render._carried). The layout's
 facts reach this code as module-level constexprs and aliases that the module defines first:
 _BLOCK (slots per block), _SINK_SLOT (-1: none), _EXPONENT_LO (the clamp's lower end), and the
 layout's own Triton helpers _encode_codes, _decode_codes and _block_exponent (amax bits ->

@@ -1,7 +1,7 @@
 """Host-side helpers every generated module carries: sizes, argument checks, launch shapes.
 
 Everything below the COPY marker is copied into each generated module (see host.py), except the
-optional helpers a module's ops do not call (render.RUNTIME_OPTIONAL). The code is layout-free: it
+optional helpers a module's ops do not call (render._carried). The code is layout-free: it
 reads the layout's facts from the module-level names each generated module defines first (its
 HEADS, PLANES, LAUNCH, _geometry, ...), which are declared here as stand-ins so that this file
 imports and lints on its own.
@@ -13,7 +13,7 @@ import functools
 import torch
 import triton
 
-# Names each generated module defines before this code (stand-ins; see the module for their meaning).
+# Names each generated module defines (stand-ins; see the module for their meaning).
 LAYOUT = "stand-in"
 HEADS: int | None = None
 VALUES: int | None = None

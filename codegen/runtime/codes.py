@@ -2,7 +2,7 @@
 fp32 values) to and from fp32 scales. Shared by every generated module's kernels.
 
 Everything below the COPY marker is copied into each generated module (see host.py), except the
-helpers a module does not call (render.RUNTIME_OPTIONAL). A module's per-format wrappers
+helpers a module does not call (render._carried). A module's per-format wrappers
 (`_encode_fp8_e4m3fn`, `_decode_fp8_e5m2`, ...) pass each format's constants from the format table
 (codegen/formats.py: ElementFormat.encode_args / decode_args); its per-group wrappers
 (`_<group>_load`, `_<group>_store`) pick the scale format's functions here.

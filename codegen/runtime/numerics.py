@@ -2,7 +2,7 @@
 wait, and the exact conversions (fp8 encode/decode by integer arithmetic, float-to-float casts).
 
 Everything below the COPY marker is copied into each generated module (see host.py), except the
-optional helpers a module's kernels do not call (render.RUNTIME_OPTIONAL). The per-format encoders
+optional helpers a module's kernels do not call (render._carried). The per-format encoders
 and decoders that call these (one constant set per format, formats.py) are generated.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 checks, their destinations, and their outputs for the compiler's fake tensors.
 
 Everything below the COPY marker is copied into each generated module (see host.py), except the
-helpers of ops the layout does not have (render.RUNTIME_OPTIONAL). The layout's facts are the
+helpers of ops the layout does not have (render._carried). The layout's facts are the
 module-level names each generated module defines (declared here as stand-ins).
 """
 from __future__ import annotations
@@ -100,6 +100,7 @@ def _quantize_fake(x):
 
 
 def _dtype_names(dtypes: tuple) -> str:
+    """Torch dtypes as an error message names them: "uint8/int8"."""
     return "/".join(str(d).removeprefix("torch.") for d in dtypes)
 
 

@@ -2,7 +2,7 @@
 kernels (runtime/numerics.py), on any device.
 
 Everything below the COPY marker is copied into each generated module (see host.py), except the
-optional helpers a module's references do not call (render.RUNTIME_OPTIONAL).
+optional helpers a module's references do not call (render._carried).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Addresses come from the model's Placement (Layout.records / Layout.scales_of), s
 the kernels read one placement; tests/oracle.py checks both against an independent byte builder.
 
 Everything below the COPY marker is copied into each generated module, except the functions of ops
-or rules the layout does not have (render.RUNTIME_OPTIONAL).
+or rules the layout does not have (render._carried).
 """
 from __future__ import annotations
 

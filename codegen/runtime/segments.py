@@ -2,7 +2,7 @@
 of values into codes and scales, dequantize it back, copy a raw run in and out.
 
 Everything below the COPY marker is copied into each generated module (see host.py), except the
-helpers a module's ops do not call (render.RUNTIME_OPTIONAL). A module reaches these through small
+helpers a module's ops do not call (render._carried). A module reaches these through small
 generated wrappers, one per segment (`_quantize_<segment>`, ...), which pass the segment's facts as
 constexprs: its first value and record byte, its group size, and the layout's own Triton helpers
 (scale rule, encoder, decoder, scale load/store) as constexpr functions, which Triton inlines.

@@ -2,7 +2,7 @@
 kernel shares (quantize_store, gather_dequant; append reuses _slot_written).
 
 Everything below the COPY marker is copied into each generated module, less the helpers its ops do
-not call (render.RUNTIME_OPTIONAL). The layout's facts reach this code as module-level constexprs
+not call (render._carried). The layout's facts reach this code as module-level constexprs
 the module defines first: _SINK_SLOT (the slot writers skip, -1: none) and _BLOCK (slots that share
 one scale, for layouts whose scale groups run along slots).
 """
