@@ -1158,8 +1158,8 @@ def _rule_exponent(amax_bits, BIAS: tl.constexpr, LO: tl.constexpr, HI: tl.const
     e = E - BIAS + [mantissa > ABOVE] + [mantissa >= AT_LEAST] - [mantissa < BELOW], each term off
     where None; or, for a rule of one term at most, e = E' - BIAS with E' the exponent field of the
     bits plus CARRY (the term is the carry out of the mantissa). amax is first raised to FLOOR_BITS
-    (a floor's bits); an infinite amax takes HI; e is clamped to [LO, HI] on the sides the rule's
-    parameters can cross (CLAMP_LO, CLAMP_HI: the group's ScaleGroup.clamps_lo / clamps_hi)."""
+    (a floor's bits); an infinite amax takes HI; e is clamped to [LO, HI] on the sides it can cross
+    (CLAMP_LO: the floor's or a zero amax's e is below LO; CLAMP_HI: the largest finite amax's is above HI)."""
     a = amax_bits
     if FLOOR_BITS is not None:
         a = tl.maximum(a, FLOOR_BITS)
