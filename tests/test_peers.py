@@ -122,6 +122,49 @@ def test_nan_poison_reproduces_flashmlas_reference_on_every_nan_tile():
     assert bool(differ[inf & ~nan].all()) and not differ[~inf & ~nan].any()
 
 
+def fp32_boundary_rows(width: int, tile: int) -> torch.Tensor:
+    """fp32 rows whose tiles' amax lie at and one ulp around 448 * 2^k, k = -16 .. 24 (the other
+    values of a tile a quarter of it, signs alternating), plus fresh random fp32 rows."""
+    edges = torch.tensor([448.0 * 2.0 ** k for k in range(-16, 25)])
+    amax = torch.cat([edges, torch.nextafter(edges, edges * 2), torch.nextafter(edges, edges / 2)])
+    tiles = (amax[:, None] / 4).repeat(1, tile) * torch.tensor([1.0, -1.0]).repeat(tile // 2)
+    tiles[:, 3] = amax
+    rows = tiles.flatten()[: tiles.numel() // width * width].view(-1, width)
+    return torch.cat([rows, scaled_normal((64, width), generator(width), torch.float32)])
+
+
+def flashmla_log2_rounds_down(amax: torch.Tensor) -> torch.Tensor:
+    """Where FlashMLA's fp32 ops choose a scale one power of two below the spec's: the quotient
+    q = fp32(max(amax / 448, 1e-4)) lies above 2^k yet fp32 log2(q) rounds
+    to the integer k, so ceil keeps 2^k (and the amax codes as 448 by the cast's rounding)."""
+    q = torch.clamp_min(amax / 448.0, 1e-4)
+    log2 = q.log2()
+    return (log2 == log2.round()) & (q > torch.exp2(log2))
+
+
+def test_fp32_sources_differ_from_flashmlas_reference_where_its_log2_rounds_to_an_integer():
+    """With fp32 sources, a tile whose amax is an ulp above 448 * 2^k has a quotient amax / 448 an
+    ulp above 2^k; for k in [-13, -5] and k >= 4 fp32's log2 of it rounds to k exactly, and FlashMLA
+    (tests/quant.py, V41 and V32) takes 2^k where the spec's exact rule takes 2^(k+1). Exactly those
+    tiles differ; bf16 and fp16 sources (8 and 11 significant bits) never come that close to
+    448 * 2^k without being on it. V32's rope is left out (FlashMLA keeps the source's dtype there)."""
+    x = fp32_boundary_rows(512, 32)
+    tiles = x.unflatten(-1, (-1, 32))
+    differ = _mismatched_tiles(ds41_quantized(x), flashmla_v41(x), 32)
+    rounds_down = flashmla_log2_rounds_down(amax_fmaxf(tiles))
+    assert rounds_down.any() and torch.equal(differ, rounds_down)
+
+    x = fp32_boundary_rows(512, 128)
+    x = torch.cat([x, scaled_normal((x.shape[0], 64), generator(3)).float()], -1)   # a bf16-valued rope
+    tiles = x[:, :512].unflatten(-1, (4, 128))
+    ours = ds32_mla_records(x)[:, :528]
+    theirs = flashmla_v32(x)[:, :528]
+    differ = (ours != theirs)[:, :512].unflatten(-1, (4, 128)).any(-1)
+    differ |= (ours != theirs)[:, 512:].unflatten(-1, (4, 4)).any(-1)
+    rounds_down = flashmla_log2_rounds_down(amax_fmaxf(tiles))
+    assert rounds_down.any() and torch.equal(differ, rounds_down)
+
+
 def test_ds41_mla_differs_from_vllms_writer_only_below_its_amax_floor():
     """vLLM floors amax at 1e-4 (scale >= 2^-22) where FlashMLA floors amax / 448 (scale >= 2^-13):
     the tiles with amax < 448e-4 get another scale byte; an infinite amax gives vLLM's byte 255
@@ -210,6 +253,38 @@ def test_ds32_indexer_differs_from_vllms_test_reference_by_its_reciprocal():
     off = codes & finite[:, None]
     assert off.any()                                  # the corpus does reach the double rounding
     assert bool(((ours[0].to(torch.int32) - theirs[0].to(torch.int32)).abs()[off] == 1).all())
+
+
+def sglang_act_quant(x: torch.Tensor, round_scale: bool) -> tuple:
+    """sglang dsa/triton_kernel.py act_quant, the NSA indexer's K quantizer: amax = max(max |x|, 1e-4),
+    scale = amax * fp32(1 / 448), or with a scale_fmt (round_scale) 2^ceil(log2 of that), codes
+    clamp(x / scale, +-448) converted to e4m3. Restated in IEEE fp32 with an exact log2 (Triton's `/`
+    and its GPU log2 / exp2 are approximate: not modelled); rows holding a NaN or an infinity are not
+    compared."""
+    t = x.float()
+    amax = torch.maximum(amax_fmaxf(t), F32_FLOOR_1E4)
+    scale = amax * torch.tensor(1 / 448, dtype=torch.float32)
+    if round_scale:
+        scale = torch.exp2(torch.ceil(torch.log2(scale.double()))).float()
+    return satfinite_e4m3((t.double() / scale.double()[:, None]).float()), scale
+
+
+def test_ds32_indexer_differs_from_sglangs_act_quant_by_its_rounded_reciprocal():
+    """sglang's index K buffer has vLLM's page layout (ds32_indexer), but its act_quant multiplies by
+    a rounded 1 / 448: without a scale_fmt its fp32 scale is one ulp off the spec's amax / 448 in some
+    finite rows, and codes differ only in those; with DeepSeek-V3.2's scale_fmt "ue8m0" it is the
+    power of two of zoo_indexer_ue8m0 (vLLM's ue8m0 format), equal on every finite row."""
+    x = peer_rows(128, 34)
+    finite = x.float().isfinite().all(-1)
+    ours, theirs = ds32_quantized(x), sglang_act_quant(x, round_scale=False)
+    codes, scales = _indexer_mismatches(ours, theirs)
+    ulps = (ours[1].view(torch.int32) - theirs[1].view(torch.int32)).abs()
+    assert scales[finite].any() and bool((ulps[finite & scales] == 1).all())
+    assert not codes[finite & ~scales].any()
+
+    data, scale = module("zoo_indexer_ue8m0").quantize_ref(x)
+    codes, scales = _indexer_mismatches((data.view(torch.uint8), scale[:, 0]), sglang_act_quant(x, round_scale=True))
+    assert not codes[finite].any() and not scales[finite].any()
 
 
 def test_ds32_indexer_pages_are_vllms():
