@@ -81,6 +81,7 @@ class RawCache(Cache):
 _RECORDS_FIELD = "cache.k_cache"
 _RECORDS_NAME = _RECORDS_FIELD[len("cache."):]
 _RECORDS_INDEX = Cache._fields.index(_RECORDS_NAME)
+_RECORDS_DTYPE = torch.uint8     # alloc_cache's dtype for it
 # A row of the records field's last dim, where the spec leaves values to the tensors: _ROW_PLANES
 # records (every plane's where the order ends with plane), each of values' codes (_CODES_PER_BYTE to a
 # byte) and _RECORD_OVERHEAD bytes of inline scales.
@@ -403,7 +404,9 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
     try:
         geo = _sized_geometry(page_size, heads, values, *dims_from)
     except ValueError:
-        misplaced = _misplaced_records_error(cache) if from_records else None
+        # heads and values from a records tensor of another dtype, or of another field, are no sizes of its own
+        misplaced = (_records_dtype_error(cache[_RECORDS_INDEX], heads, values) or _misplaced_records_error(cache)
+                     if from_records else None)
         if misplaced is None:
             raise
         raise ValueError(misplaced) from None
@@ -431,17 +434,20 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
                          ", ".join(map(str, pages.values())) + "); pass the tensors of one cache")
     allocated = cache_shapes(num_pages, page_size, heads=heads, values=values)
     for i, (field, t) in enumerate(zip(Cache._fields, cache)):
-        _check_field_form(i, field, t, *allocated[field], page_size, heads, values)
+        _check_field_form(i, field, t, *allocated[field], page_size, heads, values, raw)
     return geo, num_pages
 
 
-def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int, heads: int, values: int) -> None:
+def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int, heads: int, values: int,
+                      raw: bool = False) -> None:
     """Cache tensor t of field i (holding whole pages) against alloc_cache's shape and dtype for it:
     - a float dtype only as alloc_cache's: another float format's values are not the stored ones
       (an integer view of the bytes is taken as bytes);
     - page-major in alloc_cache's rank (or token-major, its first two dims merged), only its shape
       where its elements are as wide, or where its last two dims give heads and values: another
       shape is a tensor of other heads, values or scale order (another plane's, transposed scales);
+    - in another rank (but a RawCache's), only a view that merges or splits alloc_cache's dims:
+      dims that cut the bytes where alloc_cache's do not are another layout's order (see _nested);
     - its start aligned for the widest value the kernels load or store in it."""
     if dtype.is_floating_point and t.dtype.is_floating_point and t.dtype != dtype:
         raise ValueError(f"cache.{field}: dtype {t.dtype}, but this layout reads and writes {dtype} there "
@@ -457,11 +463,29 @@ def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int
                          f"{dtype} for page_size={page_size}, heads={heads}, values={values}; pass this cache's "
                          "own tensor, shaped as alloc_cache gives it (one of other heads, values or order lays "
                          "its bytes out otherwise)")
+    if not raw and t.dim() != len(shape) and not _nested(tuple(t.shape), tuple(shape)):
+        raise ValueError(f"cache.{field}: shape {tuple(t.shape)} {t.dtype} cuts its bytes where alloc_cache's "
+                         f"{tuple(shape)} {dtype} (page_size={page_size}, heads={heads}, values={values}) does not: "
+                         "a tensor of another layout or order; pass this cache's own tensor, or a view that only "
+                         "merges or splits its dims, such as (num_pages, bytes)")
     align = _FIELD_ALIGN[i]
     if t.data_ptr() % align:
         raise ValueError(f"cache.{field}: starts at byte address {t.data_ptr():#x}, not a multiple of {align}: the "
                          f"kernels load and store {align}-byte values in it; pass a tensor that starts on a "
                          f"{align}-byte boundary")
+
+
+def _nested(a: tuple, b: tuple) -> bool:
+    """Whether two shapes of the same bytes cut them compatibly: the row counts of one's outer dims
+    (prod(shape[:k]), the last dim aside: its elements may be of another size) are all among the
+    other's, so one shape only merges or splits the other's dims."""
+    def cuts(shape: tuple) -> set:
+        rows, found = 1, set()
+        for n in shape[:-1]:
+            rows *= n
+            found.add(rows)
+        return found
+    return cuts(a) <= cuts(b) or cuts(b) <= cuts(a)
 
 
 def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: int, heads: int, values: int,
@@ -480,7 +504,7 @@ def _cache_tensor_error(field: str, t, nbytes: int, page_bytes: int, page_size: 
     # (a RawCache's records tensor may be token-major: its pages are then told by their bytes, below)
     whole_pages = nbytes >= page_bytes and not nbytes % page_bytes
     if from_records and field == _RECORDS_NAME and (not (raw or whole_pages) or
-                                                    _records_dtype_error(t, page_size, heads, values)):
+                                                    _records_dtype_error(t, heads, values)):
         return _records_error(t, nbytes, page_bytes, page_size, heads, values)
     if 0 < nbytes < page_bytes:
         return f"page_size: a page of page_size={page_size} takes {page_bytes} bytes of cache.{field}, which holds {nbytes}"
@@ -498,19 +522,17 @@ def _records_error(t, nbytes: int, page_bytes: int, page_size: int, heads: int, 
     holds no whole number of their pages, or counts them in elements of another size: its shape or
     dtype is taken to be the fault, not page_size."""
     whole = f"{nbytes // page_bytes} page(s) and {nbytes % page_bytes} bytes" if nbytes > page_bytes else f"{nbytes} bytes"
-    return _records_dtype_error(t, page_size, heads, values) or (
+    return _records_dtype_error(t, heads, values) or (
         f"{_RECORDS_FIELD}: shape {tuple(t.shape)} {t.dtype} gives {heads} head(s) of {values} values, whose pages "
         f"of page_size={page_size} take {page_bytes} bytes, but it holds {whole}; pass it shaped as alloc_cache "
         "gives it, (num_pages, ..., heads, values)")
 
 
-def _records_dtype_error(t, page_size: int, heads: int, values: int) -> str | None:
+def _records_dtype_error(t, heads: int, values: int) -> str | None:
     """An error for a records tensor whose trailing dims gave heads and values counted in elements of
-    another size than alloc_cache's dtype for it (so they count other bytes); None otherwise."""
-    try:
-        dtype = cache_shapes(1, page_size, heads=heads, values=values)[_RECORDS_NAME][1]
-    except ValueError:
-        return None
+    another size than alloc_cache's dtype for it (so they count other bytes, whether or not a
+    geometry of theirs is valid); None otherwise."""
+    dtype = _RECORDS_DTYPE
     if dtype.itemsize == t.element_size():
         return None
     return (f"{_RECORDS_FIELD}: shape {tuple(t.shape)} {t.dtype} gives {heads} head(s) of {values} values, counted in "
@@ -628,7 +650,7 @@ def _prepare_store(srcs: tuple, loc, cache, page_size: int, scales: tuple = ()) 
         records = cache[_RECORDS_INDEX]
         raise ValueError(_swap_error(cache, page_size, (heads, values), device) or
                          _misplaced_error(_RECORDS_NAME, records, heads, values) or
-                         _records_dtype_error(records, page_size, cache_heads, cache_values) or
+                         _records_dtype_error(records, cache_heads, cache_values) or
                          f"{PLANES[0]}: shape {tuple(views[0].shape)} has {heads} head(s) of {values} values, but "
                          f"{_RECORDS_FIELD}'s shape {tuple(records.shape)} gives {cache_heads} of {cache_values}")
     _check_index("loc", loc, device, n_tokens)
@@ -706,14 +728,23 @@ def _dependent_launch(device: torch.device) -> bool:
             and _compute_capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9)
 
 
+def _check_pdl(pdl) -> None:
+    """`pdl` is True, False or None (the op's dependent_launch knob): a string such as "false" would
+    be truthy."""
+    if pdl is not None and type(pdl) is not bool:
+        raise ValueError(f"pdl: expected True, False or None (the op's dependent_launch setting), got {pdl!r} "
+                         f"({type(pdl).__name__})")
+
+
 def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     """An op's launch arguments for its place in the stream. PDL: launched as a programmatic dependent
     of the previous kernel (see _dependent_launch), as `pdl` says, else as the op's dependent_launch
     knob does. EARLY_RELEASE (the op's early_release knob, with PDL): it lets the stream's next kernel
     launch at its own start. Both pay off in a stream of such kernels (the next one's launch overlaps
     this one); next to plain launches the H200 took about 0.5 us more per call (bench/RESULTS.md)."""
+    _check_pdl(pdl)
     knobs = LAUNCH[op]
-    on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else bool(pdl))
+    on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else pdl)
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
 
 
@@ -2638,26 +2669,30 @@ def _ref_segments(G) -> tuple:
 
 def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, out=None, *,
                        pdl: bool | None = None) -> torch.Tensor:
-    """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
+    """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is checked and ignored)."""
+    _check_pdl(pdl)
     with _ref_mode(out):
         return _ref_gather_dequant(cache, token_ids, page_size, out)
 
 
 def quantize_store_ref(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *,
                        pdl: bool | None = None) -> None:
-    """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is accepted and ignored)."""
+    """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is checked and ignored)."""
+    _check_pdl(pdl)
     with _ref_mode(cache):
         _ref_quantize_store((k,), loc, cache, page_size)
 
 
 def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
-    """Pure-torch twin of quantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
+    """Pure-torch twin of quantize: returns the same bytes (pdl, a launch option, is checked and ignored)."""
+    _check_pdl(pdl)
     with _ref_mode():
         return _ref_quantize(x)
 
 
 def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
                    pdl: bool | None = None) -> torch.Tensor:
-    """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is accepted and ignored)."""
+    """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is checked and ignored)."""
+    _check_pdl(pdl)
     with _ref_mode():
         return _ref_dequantize(data, scale, out_dtype)

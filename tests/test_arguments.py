@@ -2,6 +2,7 @@
 any launch, caches carry their page size in their shape, and launch plans (the cheap path of a
 repeated call) give the checked path's bytes and keep its per-call checks."""
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -649,7 +650,7 @@ def test_odd_scalars_and_caches_raise_value_errors():
     raises("page_size: expected an int", d.gather_dequant, cache, ids, torch.tensor(64.0))
     raises("page_size: expected an int", d.gather_dequant, cache, ids, torch.tensor(64))
     raises("page_size: expected an int", d.gather_dequant, cache, ids, [64])
-    d.gather_dequant(cache, ids, 64, pdl=[1])                   # truthy, as before: no plan for it
+    raises(r"pdl: expected True, False or None .* got \[1\] \(list\)", d.gather_dequant, cache, ids, 64, pdl=[1])
     raises("cache.k_cache: overlaps page_ids", d.reset_pages, cache, cache.k_cache.view(torch.int64).view(-1)[:2], 64)
 
 
@@ -769,7 +770,7 @@ def test_cache_tensors_of_dtypes_triton_lacks_are_written_as_bytes(name):
 def test_cache_tensors_of_other_heads_values_or_order_are_refused():
     """A page-major cache tensor in alloc_cache's rank and element size must have its shape: one
     allocated for other heads and values (with as many bytes a page), or a scale buffer in another
-    order, would have its bytes laid out otherwise. Views of another rank stay bytes."""
+    order, would have its bytes laid out otherwise. Views that merge or split its dims stay bytes."""
     m = module("mxfp8_kv")
     ids = torch.arange(1, 3, device=DEVICE)
     a = m.alloc_cache(3, 32, heads=2, values=64, device=DEVICE)
@@ -887,6 +888,66 @@ def test_another_layouts_cache_is_refused():
     raises(r"cache: is a .*mxfp8_kv_128x4\.Cache, not this layout's mxfp8_kv\.Cache", a.quantize_store, x, x, loc, cache, 128)
     raises(r"cache: is a .*mxfp8_kv_128x4\.Cache", a.gather_dequant, cache, loc, 128)
     a.quantize_store(x, x, loc, tuple(a.alloc_cache(2, 128, heads=1, values=256, device=DEVICE)), 128)   # a plain tuple is fine
+
+
+def test_another_layouts_tensors_in_a_plain_tuple_are_refused():
+    """A plain tuple of another layout's tensors with as many bytes a page: their scales, in another
+    rank, cut the bytes where this layout's do not (128x4's (pages, heads, 2, 32, 4, 4) against
+    (pages, heads, 32, 4, 8)), in either direction; views that merge or split this layout's dims
+    stay bytes."""
+    a, b = module("mxfp8_kv"), module("mxfp8_kv_128x4")
+    x = scaled_normal((3, 2, 256), generator(46)).to(DEVICE)
+    loc = torch.tensor([1, 40, 100], device=DEVICE)
+    for this, other in ((a, b), (b, a)):
+        theirs = tuple(other.alloc_cache(1, 128, heads=2, values=256, device=DEVICE))
+        own = this.cache_shapes(1, 128, heads=2, values=256)["k_sf"][0]
+        told = (rf"^cache\.k_sf: shape {re.escape(str(tuple(theirs[1].shape)))} torch.uint8 cuts its bytes where "
+                rf"alloc_cache's {re.escape(str(tuple(own)))} torch.uint8 \(page_size=128, heads=2, values=256\) does not")
+        raises(told, this.quantize_store, x, x, loc, theirs, 128)
+        raises(told, this.gather_dequant, theirs, loc, 128)
+    ours = a.alloc_cache(1, 128, heads=2, values=256, device=DEVICE)
+    want = a.alloc_cache(1, 128, heads=2, values=256, device=DEVICE)
+    a.quantize_store(x, x, loc, want, 128)
+    for shape in ((1, -1), (1, 2, -1), (1, 2, 32, 32), (1, 2, 32, 4, 2, 4)):
+        views = a.Cache(ours.k_cache, ours.k_sf.view(shape), ours.v_cache, ours.v_sf.view(shape))
+        a.quantize_store(x, x, loc, views, 128)
+    assert_same_cache(a, ours, want, "scales passed as views that merge or split their dims")
+
+
+@pytest.mark.parametrize("name", ["mxfp8_kv", "vllm_fp8_per_token_head"])
+def test_a_records_view_of_a_wider_dtype_is_named_by_writers_and_readers(name):
+    """A records tensor that gives heads and values, viewed as a wider dtype, counts values no
+    geometry of the layout takes: the writer and the reader both name the cache tensor, not the
+    source nor the size rule."""
+    m = module(name)
+    cache = m.alloc_cache(2, 32, heads=2, values=64, device=DEVICE)
+    wide = cache._replace(**{m._RECORDS_NAME: getattr(cache, m._RECORDS_NAME).view(torch.uint8).view(torch.int32)})
+    x = scaled_normal((3, 2, 64), generator(47)).to(DEVICE)
+    loc = torch.tensor([1, 2, 3], device=DEVICE)
+    told = rf"^cache\.{m._RECORDS_NAME}: shape \(2, 32, 2, \d+\) torch.int32 gives 2 head\(s\) of \d+ values, counted in 4-byte"
+    raises(told, m.quantize_store, *[x] * len(m.PLANES), loc, wide, 32, **given(m))
+    raises(told, m.gather_dequant, wide, loc, 32, **given(m))
+
+
+@pytest.mark.parametrize("name", ["vllm_fp8", "mxfp8_v_seqblocked", "ds41_mla"])
+def test_pdl_is_true_false_or_none(name):
+    """`pdl` is a launch option of True, False or None: a truthy string is refused by each op and
+    its reference (which ignore it otherwise)."""
+    m = module(name)
+    heads, values, page = dims(m)
+    cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
+    x = scaled_normal((2, heads, values), generator(48)).to(DEVICE)
+    loc = torch.tensor([1, 2], device=DEVICE)
+    writer = "append" if "append" in m.OPS else "quantize_store"
+    calls = {writer: (*sources(m, [x] * len(m.PLANES)), loc, cache, page),
+             "gather_dequant": (cache, loc, page), "quantize": (x[:, 0],)}
+    for op, args in calls.items():
+        if op not in m.OPS:
+            continue
+        kwargs = given(m) if op in (writer, "gather_dequant") else {}
+        for fn in (getattr(m, op), getattr(m, f"{op}_ref")):
+            raises(r"^pdl: expected True, False or None .* got 'false' \(str\)$", fn, *args, pdl="false", **kwargs)
+            fn(*args, pdl=False, **kwargs)
 
 
 def test_lazy_views_sparse_tensors_and_written_tensors_that_require_grad_are_refused():

@@ -7,7 +7,7 @@ import importlib
 import pytest
 import torch
 
-from tests.conftest import DEVICE
+from tests.conftest import DEVICE, ROOT
 from tests.corpus import adversarial_rows, generator, random_bytes, scaled_normal
 from tests.harness import assert_same_bytes, assert_same_cache, clone, fresh_cache
 
@@ -49,6 +49,19 @@ def test_sglang_dsv4_writer_and_readers_are_dsv4_k():
     assert_same_bytes(out, want, "dequantize_k_cache_paged(out=) vs dsv4_k.gather_dequant")
     assert_same_bytes(mod.dequantize_k_cache_paged(got.k_cache, ids, page), want, "dequantize_k_cache_paged")
     assert_same_bytes(mod.dequantize_k_cache_paged_ref(got.k_cache, ids, page), want, "dequantize_k_cache_paged_ref")
+    out.fill_(7.0)
+    assert mod.dequantize_k_cache_paged_ref(got.k_cache, ids, page, out=out).data_ptr() == out.data_ptr()
+    assert_same_bytes(out, want, "dequantize_k_cache_paged_ref(out=)")
+
+
+def test_compat_references_take_every_parameter_of_their_twins():
+    import inspect
+    names = sorted(path.stem for path in (ROOT / "generated" / "compat").glob("*.py") if path.stem != "__init__")
+    refs = [(mod, f) for mod in map(compat, names) for f in mod.__all__ if f.endswith("_ref")]
+    assert refs
+    for mod, ref in refs:
+        twin = inspect.signature(getattr(mod, ref[:-4])).parameters
+        assert list(inspect.signature(getattr(mod, ref)).parameters) == list(twin), ref
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=str)
