@@ -73,9 +73,10 @@ def load_spec(path: Path, root: Path):
 BUILTIN_NAMES = frozenset(n for n in vars(builtins) if not n.startswith("_")) | {
     "copyright", "credits", "exit", "help", "license", "quit"}
 # Names a plane may not take: the writers' other parameters and locals (planes are their parameters),
-# the modules' imports and the builtins.
-RESERVED_PLANES = frozenset({"loc", "cache", "page_size", "pdl", "tensors", "key", "pointers", "plan", "srcs", "geo",
-                             "num_pages", "n_tokens", "heads", "values", "launch", "grid", "args",
+# the names whose parameters model.op_signature writes out (out=None, out_dtype's default), the
+# modules' imports and the builtins.
+RESERVED_PLANES = frozenset({"loc", "cache", "page_size", "pdl", "out", "out_dtype", "tensors", "key", "pointers",
+                             "plan", "srcs", "geo", "num_pages", "n_tokens", "heads", "values", "launch", "grid", "args",
                              "torch", "triton", "tl", "functools", "inspect", "operator"}) | BUILTIN_NAMES
 
 
@@ -214,11 +215,11 @@ def build_layout(tree, display: str, digest: str, *, earlier: bool = False) -> L
             argument = f"{plane}_{g.argument}"
             if arguments.setdefault(argument, name) != name:
                 raise SpecError(tree["scales"][name].value_mark("global") if g.two_level else tree["scales"].key_mark(name),
-                                f"scales.{name}: plane {plane!r}'s call-time scale would be named {argument}, as group "
+                                f"scales.{name}: plane {plane}'s call-time scale would be named {argument}, as group "
                                 f"{arguments[argument]!r}'s is", "give each group's call-time scale its own name")
             if argument in OP_PARAMETERS + OP_LOCALS + pointers or argument.startswith(tuple(f"{p}_stride" for p in planes)):
                 raise SpecError(tree["scales"][name].value_mark("global") if g.two_level else tree["scales"].key_mark(name),
-                                f"scales.{name}{'.global' if g.two_level else ''}: plane {plane!r}'s "
+                                f"scales.{name}{'.global' if g.two_level else ''}: plane {plane}'s "
                                 f"{'global ' if g.two_level else ''}scale argument would be named {argument}, which "
                                 "the generated ops already use",
                                 "rename the global scale" if g.two_level else "rename the scale group")

@@ -15,6 +15,7 @@ Keys (every path relative to the config's directory, inside it):
 """
 from __future__ import annotations
 
+import keyword
 import os
 import re
 import tomllib
@@ -125,8 +126,10 @@ def load(path: Path) -> Project:
     output = relative_folder(path, "output", values["output"])
     svg = relative_folder(path, "svg", values["svg"]) if values.get("svg") is not None else None
     package = table.get("package", PurePosixPath(output).name)     # default: the output folder's name
-    if not isinstance(package, str) or not _PACKAGE.match(package):
-        raise ConfigError(f"{path}: package = {package!r} must be a dotted Python import name, e.g. 'generated'")
+    if (not isinstance(package, str) or not _PACKAGE.match(package)
+            or any(keyword.iskeyword(part) for part in package.split("."))):
+        raise ConfigError(f"{path}: package = {package!r} must be a dotted Python import name (no part a keyword), "
+                          "e.g. 'generated'")
     if package.rpartition(".")[2] != PurePosixPath(output).name:
         raise ConfigError(f"{path}: package = {package!r} does not end in the output folder's name "
                           f"{PurePosixPath(output).name!r}; import {output!r} by a name that ends in it")
@@ -140,8 +143,8 @@ def load(path: Path) -> Project:
         raise ConfigError(f"{path}: svg = {svg!r} overlaps output = {output!r}; give the pictures a folder of their own")
     for s in specs:
         if not (path.parent / s).is_dir():
-            raise ConfigError(f"{path}: specs = {s!r}: no such folder in {path.parent} (create it, or fix the path; "
-                              "`kvlayout init` makes one)")
+            raise ConfigError(f"{path}: specs = {s!r}: no such folder in {path.parent} (create it, or "
+                              "fix the path)")
     return Project(root=path.parent, config=path, specs=specs, output=output, package=package, svg=svg)
 
 
@@ -152,13 +155,16 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def config_in(directory: Path) -> Path | None:
-    """The config file of one directory: kvlayout.toml first, then a pyproject.toml with [tool.kvlayout]."""
-    if (directory / CONFIG_FILE).is_file():
-        return directory / CONFIG_FILE
+    """The config file of one directory: a kvlayout.toml or a pyproject.toml with [tool.kvlayout]; both
+    is an error (neither would be seen to win)."""
     pyproject = directory / PYPROJECT
-    if pyproject.is_file() and read_table(pyproject) is not None:
-        return pyproject
-    return None
+    table = pyproject if pyproject.is_file() and read_table(pyproject) is not None else None
+    if (directory / CONFIG_FILE).is_file():
+        if table is not None:
+            raise ConfigError(f"{directory}: holds two kvlayout configs, {CONFIG_FILE} and [tool.kvlayout] in "
+                              f"{PYPROJECT}; keep one (move the table's keys into {CONFIG_FILE}, or delete it)")
+        return directory / CONFIG_FILE
+    return table
 
 
 def find(start: Path) -> Project:

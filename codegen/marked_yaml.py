@@ -71,14 +71,19 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
     value = loader.construct_object(node, deep=True)
     bad = _DECODED_BAD.search(value) if isinstance(value, str) else None
     if bad:      # an escape of a quoted string ("\0", "\ud800"): generated files would not compile or encode
-        raise SpecError(_mark(path, node), f"the string holds U+{ord(bad.group()):04X} (a control character or a "
-                        "lone surrogate, from an escape)", "remove the escape (a spec's strings are plain text)")
+        raise SpecError(_mark(path, node), f"the string holds U+{ord(bad.group()):04X} (a control, invisible or "
+                        "bidi character, or a lone surrogate, from an escape)", "remove the escape (a spec's strings are plain text)")
     return value
+
+
+# Format characters no spec needs that change how text displays: zero-width ones, marks and bidi
+# embeddings, overrides and isolates, a byte order mark past the start.
+_INVISIBLE = "\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
 
 
 # What a decoded string may not hold (tabs and line breaks it may): the file's check (_check_text)
 # sees the raw text only, where a quoted string's escapes still stand for these.
-_DECODED_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_DECODED_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff" + _INVISIBLE + "]")
 
 
 MAX_DIGITS = 30              # digits of a number in a spec (a byte count or a floor needs far fewer)
@@ -149,11 +154,14 @@ def _check_text(text: str, path: str) -> None:
                         "is this the right file?")
     # (C1 controls too, and U+2028/9: YAML 1.1 takes U+0085, U+2028 and U+2029 as line breaks that
     # editors do not show, which can end a comment and start a key)
-    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]", text)
+    # Bidi controls and invisible characters too: copied into a generated docstring they would make
+    # the reviewed code read otherwise than it runs ("Trojan Source").
+    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029" + _INVISIBLE + "]", text)
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
         col = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        raise SpecError(Mark(path, line, col), f"control character U+{ord(bad.group()):04X} in the file",
+        kind = "an invisible or bidi control character" if re.match(f"[{_INVISIBLE}]", bad.group()) else "control character"
+        raise SpecError(Mark(path, line, col), f"{kind} U+{ord(bad.group()):04X} in the file",
                         "remove it (a spec is plain UTF-8 text)")
 
 

@@ -52,10 +52,17 @@ def resolve(project, path) -> Path:
 
 def spec_files(project) -> list:
     """Every spec in the spec folders, and every file there that looks like one under another suffix
-    (.yml, .YAML: build_all refuses them, rather than generate removing their output as orphans)."""
+    (.yml, .YAML: build_all refuses them, rather than generate removing their output as orphans) or
+    in a subfolder other than compat/ (build_all says where it must sit: none is quietly skipped)."""
     project = project_of(project)
-    return [p for kind in ("layout", COMPAT) for folder in _folders(project, kind) for p in sorted(folder.glob("*"))
-            if p.suffix == ".yaml" or (p.suffix.lower() in (".yaml", ".yml") and p.is_file())]
+    found = [p for kind in ("layout", COMPAT) for folder in _folders(project, kind) for p in sorted(folder.glob("*"))
+             if p.suffix == ".yaml" or (p.suffix.lower() in (".yaml", ".yml") and p.is_file())]
+    for folder in _folders(project, "layout"):
+        for below, dirs, files in os.walk(folder):          # (symlinked folders below are not followed)
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            if Path(below) not in (folder, folder / COMPAT):
+                found += [Path(below) / f for f in sorted(files) if Path(f).suffix.lower() in (".yaml", ".yml")]
+    return found
 
 
 def _shown_folders(project, kind: str) -> str:

@@ -87,6 +87,12 @@ BAD_SPECS = [
     ("escaped NUL", edit(GOOD, "summary: >-\n", 'summary: "a\\0b"\nabout: >-\n'), "4:10",
      ["the string holds U+0000", "from an escape", "fix: remove the escape"]),
     ("escaped surrogate", edit(GOOD, "summary: >-\n", 'summary: "a\\ud800b"\nabout: >-\n'), "4:10", ["U+D800"]),
+    # bidi controls and invisible characters, which a generated docstring would show otherwise than it holds
+    ("escaped bidi override", edit(GOOD, "summary: >-\n", 'summary: "a\\u202eb"\nabout: >-\n'), "4:10",
+     ["U+202E", "invisible or bidi character"]),
+    ("bidi override", edit(GOOD, "summary: >-\n", "summary: a\u202eb\nabout: >-\n"), "4:11",
+     ["an invisible or bidi control character U+202E in the file"]),
+    ("zero-width space", edit(GOOD, "summary: >-\n", "summary: a\u200bb\nabout: >-\n"), "4:11", ["U+200B"]),
     ("key not a plain scalar", GOOD + "~: 2\n", None, ["mapping keys must be plain scalars", "fix: write the key"]),
     # page sizes of 1 slot would put the 64 bf16 rope values at odd addresses: refused where the spec says so
     ("page sizes that misalign", edit(edit(GOOD, "align: 576 ", "align: 1   "), "pad_to: 8 ", "pad_to: 7 "), "11:21",
@@ -402,6 +408,26 @@ def test_spec_files_that_are_directories_or_not_yaml_are_named(tmp_path):
     (root / "specs" / "other.yml").write_text(GOOD.replace("name: dsv4_k", "name: other"))
     proc = kvlayout("lint", "specs/compat/sglang_dsv4.yaml", root=root)
     assert proc.returncode == 2 and "specs/other.yml:1:1: a spec file's name ends in .yaml" in proc.stderr, proc.stderr
+
+
+def test_specs_in_subfolders_are_named_not_skipped(tmp_path):
+    """A spec in a subfolder of a spec folder (compat/ aside: there compat specs sit) is read
+    nowhere: lint and generate name it with where it must sit (exit 2, nothing written), a broken one
+    too; hidden folders (an editor's) are passed by."""
+    root = with_spec(tmp_path, GOOD)
+    (root / "specs" / "models").mkdir()
+    (root / "specs" / "models" / "nested.yaml").write_text(GOOD.replace("name: dsv4_k", "name: nested"))
+    (root / "specs" / "models" / "deeper").mkdir()
+    (root / "specs" / "models" / "deeper" / "bad.yml").write_text("name: [")
+    (root / "specs" / ".cache").mkdir()
+    (root / "specs" / ".cache" / "old.yaml").write_text("name: [")
+    for verb in ("lint", "generate"):
+        proc = kvlayout(verb, root=root)
+        assert proc.returncode == 2, proc.stderr
+        assert ("specs/models/nested.yaml:1:1: a layout spec must sit in specs/" in proc.stderr
+                and "(fix: move it to specs/nested.yaml)" in proc.stderr), proc.stderr
+        assert "specs/models/deeper/bad.yml:1:1:" in proc.stderr and ".cache" not in proc.stderr, proc.stderr
+    assert not (root / "generated" / "nested.py").exists()
 
 
 def test_github_annotations_escape_what_ends_their_fields():

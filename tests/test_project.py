@@ -78,6 +78,8 @@ def test_the_config_is_found_walking_up_and_named_by_root_or_config(tmp_path):
     ('output = "/abs"\n', ["must be a folder inside"]),
     ('output = "gen"\npackage = "generated"\n', ["does not end in the output folder's name"]),
     ('package = "not a name"\n', ["dotted Python import name"]),
+    ('output = "class"\n', ["package = 'class' must be a dotted Python import name (no part a keyword)"]),
+    ('output = "src/generated"\npackage = "import.generated"\n', ["no part a keyword"]),
     ('svg = "generated/pics"\n', ["overlaps output"]),
     ('specs = [\n', ["not valid TOML"]),
 ])
@@ -148,6 +150,30 @@ def test_this_repository_is_a_project_and_its_pictures_are_in_sync():
 
 # --- init, new, explain, diff ---------------------------------------------------------------------
 
+def test_two_configs_in_one_folder_are_an_error(tmp_path):
+    """A kvlayout.toml beside a pyproject.toml with [tool.kvlayout]: neither silently wins (exit 4)."""
+    (tmp_path / "kvlayout.toml").write_text('specs = "specs"\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.kvlayout]\noutput = "other_out"\n')
+    (tmp_path / "specs").mkdir()
+    for cwd in (tmp_path, tmp_path / "specs"):
+        proc = kv("check", cwd=cwd)
+        assert proc.returncode == 4 and "holds two kvlayout configs" in proc.stderr, proc.stderr
+    assert kv("--root", str(tmp_path), "lint", cwd="/").returncode == 4
+
+
+def test_init_inside_another_project_needs_root(tmp_path):
+    """init below a project's config would start a second project that the folder's commands find
+    instead: refused (exit 4, nothing written) unless --root names the folder."""
+    assert kv("init", cwd=tmp_path).returncode == 0
+    inner = tmp_path / "services" / "attn"
+    inner.mkdir(parents=True)
+    proc = kv("init", cwd=inner)
+    assert proc.returncode == 4 and "is inside the project of" in proc.stderr and "--root" in proc.stderr, proc.stderr
+    assert not any(inner.iterdir())
+    proc = kv("init", "--root", str(inner), cwd=inner)
+    assert proc.returncode == 0 and (inner / "kvlayout.toml").is_file(), proc.stderr
+
+
 def test_init_into_an_output_path_that_is_a_file_writes_nothing(tmp_path):
     (tmp_path / "generated").write_text("a file")
     proc = kv("init", cwd=tmp_path)
@@ -166,7 +192,7 @@ def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     mine = tmp_path / "mine"
     (mine / "generated").mkdir(parents=True)
     (mine / "generated" / "SPEC_REFERENCE.md").write_text("my notes\n")
-    proc = kv("init", cwd=mine)
+    proc = kv("init", "--root", ".", cwd=mine)          # (a project of its own inside tmp_path's)
     assert proc.returncode == 4 and "generated/SPEC_REFERENCE.md: a file of yours" in proc.stderr, proc.stderr
     assert sorted(p.name for p in mine.rglob("*")) == ["SPEC_REFERENCE.md", "generated"], "init wrote nothing"
     proc = kv("init", "--root", ".", "--config", "kvlayout.toml", cwd=mine)
@@ -175,6 +201,9 @@ def test_init_then_new_give_specs_that_lint_and_generate(tmp_path):
     assert "name: mine\n" in (tmp_path / "specs" / "mine.yaml").read_text()
     assert kv("new", "mine", cwd=tmp_path).returncode == 4, "new never overwrites"
     assert kv("new", "bad-name", cwd=tmp_path).returncode == 4
+    for name in ("class", "compat"):
+        proc = kv("new", name, cwd=tmp_path)
+        assert proc.returncode == 4 and "cannot name a Python module" in proc.stderr and ".yaml:" not in proc.stderr
     (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
     proc = kv("new", "x", "--like", str(tmp_path / "latin1.yaml"), cwd=tmp_path)
     assert proc.returncode == 4 and "is not UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -216,6 +245,26 @@ def test_explain_json_and_svg_are_the_same_bytes_as_the_text(tmp_path):
             if e.get("class") == "k"]
     assert "bytes [36864, 37376)  nope scales  [slot:64 x head:1 x scale:8] x ue8m0, strides slot=8, head=8, scale=1" in keys
     assert "bytes [37376, 37440)  padding  never written" in keys
+    assert kv("explain", "specs/dsv4_mxfp4.yaml", "--svg", str(out), cwd=ROOT).returncode == 0   # its own: replaced
+    assert "from specs/dsv4_mxfp4.yaml" in out.read_text().split("\n", 1)[0]
+
+
+def test_explain_never_replaces_a_file_of_the_users(tmp_path):
+    """--svg given the spec itself (a slip), a file of the user's, a symlink or a folder: exit 3, the
+    file untouched."""
+    spec = tmp_path / "specs" / "dsv4_k.yaml"
+    spec.parent.mkdir()
+    (tmp_path / "kvlayout.toml").write_text('specs = "specs"\n')
+    spec.write_bytes((ROOT / "specs" / "dsv4_k.yaml").read_bytes())
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    (tmp_path / "link.svg").symlink_to(notes)
+    (tmp_path / "folder.svg").mkdir()
+    for target, before in ((spec, spec.read_bytes()), (notes, b"mine\n"), (tmp_path / "link.svg", b"mine\n")):
+        proc = kv("explain", "specs/dsv4_k.yaml", "--svg", str(target), cwd=tmp_path)
+        assert proc.returncode == 3 and "a file of yours" in proc.stderr and "nothing was written" in proc.stderr, proc.stderr
+        assert target.read_bytes() == before
+    assert kv("explain", "specs/dsv4_k.yaml", "--svg", "folder.svg", cwd=tmp_path).returncode == 3
 
 
 def _git_project(tmp_path: Path) -> Path:
@@ -386,7 +435,8 @@ def test_diff_reads_a_symlinked_spec_folder_as_the_revision_has_it(tmp_path):
     proc = kv("diff", "--against", "HEAD", cwd=root)
     assert proc.returncode == 1 and "page sizes: a multiple of 64 -> of 128" in proc.stdout and "added" not in proc.stdout, proc
     (root / "specs").unlink()
-    (root / "specs").symlink_to(tmp_path)
+    (tmp_path / "outside").mkdir()
+    (root / "specs").symlink_to(tmp_path / "outside")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "a link leading outside")
     proc = kv("diff", "--against", "HEAD", cwd=root)

@@ -103,6 +103,9 @@ SEMANTIC = [
     # (what, spec text, file name, words the message must hold): accepted before, broken at import, compile or call
     ("plane is a parameter name", edit(GOOD, "planes: [k]", "planes: [loc]"), "dsv4_k", ["planes[0]", "'loc'"]),
     ("plane is a module name", edit(GOOD, "planes: [k]", "planes: [torch]"), "dsv4_k", ["planes[0]"]),
+    ("plane is gather's out", edit(GOOD, "planes: [k]", "planes: [out]"), "dsv4_k", ["planes[0]", "'out'"]),
+    ("plane is dequantize's out_dtype", edit(GOOD, "planes: [k]", "planes: [out_dtype]"), "dsv4_k",
+     ["planes[0]", "'out_dtype'"]),
     ("plane is a builtin", edit(GOOD, "planes: [k]", "planes: [len]"), "dsv4_k", ["planes[0]", "'len'"]),
     ("plane is a keyword", edit(GOOD, "planes: [k]", "planes: [class]"), "dsv4_k", ["keyword"]),
     ("name is a keyword", edit(GOOD, "name: dsv4_k", "name: def"), "def", ["cannot name a Python module"]),
@@ -382,6 +385,17 @@ buffers:
   a_b: [{holds: c, order: [slot, head, scale]}]
 ops: [gather_dequant]
 """
+
+
+def test_no_plane_takes_a_parameter_name_of_the_ops():
+    """A plane is its writers' source parameter: their other parameters, and every name
+    model.op_signature writes out with a default or annotation of its own (in any op), are reserved."""
+    from codegen import model
+    layout = build.build_layout(*build.load_spec(ROOT / "specs" / "mxfp8_v_seqblocked.yaml", ROOT)[1:])
+    names = set(model._PARAM_TEXT) | {"pdl"}
+    for op in ("quantize_store", "append"):
+        names |= set(model.op_params(layout, op)) - set(layout.planes)
+    assert names <= build.RESERVED_PLANES, names - build.RESERVED_PLANES
 
 
 def test_generated_constexpr_names_must_not_collide(tmp_path):
