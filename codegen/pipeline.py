@@ -170,11 +170,13 @@ def render_all(project, paths=None) -> dict:
             out[f"{out_dir}/{COMPAT}/{name}.py"] = render.render_compat(compat)
     # The package files list every spec's module (by file name, which each spec's name equals), so a
     # run for some specs keeps them whole too.
-    files = spec_files(project)
+    # (a spec build_all would refuse for its place or suffix names no module)
+    placed = {kind: {p.stem for folder in _folders(project, kind) for p in folder.glob("*.yaml") if p.is_file()}
+              for kind in ("layout", COMPAT)}
     sources = ", ".join(f"{s}/" for s in project.specs)
-    out[f"{out_dir}/__init__.py"] = _package_init(sorted({p.stem for p in files if p.parent.name != COMPAT}),
+    out[f"{out_dir}/__init__.py"] = _package_init(sorted(placed["layout"]),
                                                   "kvlayout generated modules, one per layout spec.", sources)
-    out[f"{out_dir}/{COMPAT}/__init__.py"] = _package_init(sorted({p.stem for p in files if p.parent.name == COMPAT}),
+    out[f"{out_dir}/{COMPAT}/__init__.py"] = _package_init(sorted(placed[COMPAT]),
                                                            "Drop-in modules for existing callers.", sources)
     out[f"{out_dir}/{writer.SCHEMA_FILE}"] = render.render_schema()
     out[f"{out_dir}/{writer.REFERENCE_FILE}"] = render.render_reference()

@@ -492,7 +492,11 @@ def test_spec_folders_must_exist_not_overlap_and_names_stay_unique(tmp_path):
     assert proc.returncode == 2 and "spec names are unique across spec folders" in proc.stderr, proc.stderr
     assert kv("new", "dsv4_k", cwd=tmp_path).returncode == 4, "new looks in every spec folder"
     proc = kv("new", "import", cwd=tmp_path)
-    assert proc.returncode == 2 and not (tmp_path / "specs" / "import.yaml").exists(), "nothing that fails lint stays"
+    assert proc.returncode == 4 and not (tmp_path / "specs" / "import.yaml").exists(), "a keyword NAME is bad usage"
+    (tmp_path / "broken.yaml").write_text((ROOT / "specs" / "dsv4_k.yaml").read_text().replace("heads: 1", "heads: 0"))
+    proc = kv("new", "other", "--like", str(tmp_path / "broken.yaml"), cwd=tmp_path)
+    assert proc.returncode == 2 and "would not lint" in proc.stderr, proc.stderr
+    assert not (tmp_path / "specs" / "other.yaml").exists(), "nothing that fails lint stays"
 
 
 def test_a_linked_config_keeps_its_own_folder_as_the_root(tmp_path):
