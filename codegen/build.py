@@ -45,15 +45,16 @@ def display_path(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_absolute() and path.is_relative_to(root) else path.as_posix()
 
 
-def load_spec(path: Path, root: Path):
-    """Read and type-check one spec; returns ('layout' | 'compat', tree, display path, digest)."""
+def load_spec(path: Path, root: Path, *, earlier: bool = False):
+    """Read and type-check one spec; returns ('layout' | 'compat', tree, display path, digest).
+    earlier: a revision's spec, read by `diff` (see build_layout): invisible characters pass."""
     display = display_path(path, root)
     data = path.read_bytes()
     if len(data) > marked_yaml.MAX_BYTES:
         raise SpecError(Mark(display, 1, 1), f"the file has {len(data)} bytes; a spec is at most {marked_yaml.MAX_BYTES}",
                         "is this the right file?")
     text = marked_yaml.decode(data, display)
-    tree = marked_yaml.load(text, display)
+    tree = marked_yaml.load(text, display, invisible=earlier)
     if not isinstance(tree, marked_yaml.MarkedDict):
         raise SpecError(Mark(display, 1, 1), "a spec must be a YAML mapping", "start from one of the specs in specs/")
     if "compat" in tree and "name" in tree:

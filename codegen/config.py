@@ -128,8 +128,9 @@ def load(path: Path) -> Project:
     package = table.get("package", PurePosixPath(output).name)     # default: the output folder's name
     if (not isinstance(package, str) or not _PACKAGE.match(package)
             or any(keyword.iskeyword(part) for part in package.split("."))):
-        raise ConfigError(f"{path}: package = {package!r} must be a dotted Python import name (no part a keyword), "
-                          "e.g. 'generated'")
+        named = "" if "package" in table else " (the output folder's name, the default)"
+        raise ConfigError(f"{path}: package = {package!r}{named} must be a dotted Python import name (no part a "
+                          "keyword), e.g. 'generated'")
     if package.rpartition(".")[2] != PurePosixPath(output).name:
         raise ConfigError(f"{path}: package = {package!r} does not end in the output folder's name "
                           f"{PurePosixPath(output).name!r}; import {output!r} by a name that ends in it")
@@ -158,13 +159,16 @@ def config_in(directory: Path) -> Path | None:
     """The config file of one directory: a kvlayout.toml or a pyproject.toml with [tool.kvlayout]; both
     is an error (neither would be seen to win)."""
     pyproject = directory / PYPROJECT
-    table = pyproject if pyproject.is_file() and read_table(pyproject) is not None else None
     if (directory / CONFIG_FILE).is_file():
-        if table is not None:
+        try:                                  # (a pyproject.toml kvlayout does not use may be anything)
+            table = pyproject.is_file() and read_table(pyproject) is not None
+        except ConfigError:
+            table = False
+        if table:
             raise ConfigError(f"{directory}: holds two kvlayout configs, {CONFIG_FILE} and [tool.kvlayout] in "
                               f"{PYPROJECT}; keep one (move the table's keys into {CONFIG_FILE}, or delete it)")
         return directory / CONFIG_FILE
-    return table
+    return pyproject if pyproject.is_file() and read_table(pyproject) is not None else None
 
 
 def find(start: Path) -> Project:

@@ -69,7 +69,7 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
     if isinstance(node, yaml.ScalarNode) and node.style is None:
         _check_plain_scalar(node, path)
     value = loader.construct_object(node, deep=True)
-    bad = _DECODED_BAD.search(value) if isinstance(value, str) else None
+    bad = loader.decoded_bad.search(value) if isinstance(value, str) else None
     if bad:      # an escape of a quoted string ("\0", "\ud800"): generated files would not compile or encode
         raise SpecError(_mark(path, node), f"the string holds U+{ord(bad.group()):04X} (a control, invisible or "
                         "bidi character, or a lone surrogate, from an escape)", "remove the escape (a spec's strings are plain text)")
@@ -83,7 +83,9 @@ _INVISIBLE = "\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u
 
 # What a decoded string may not hold (tabs and line breaks it may): the file's check (_check_text)
 # sees the raw text only, where a quoted string's escapes still stand for these.
-_DECODED_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff" + _INVISIBLE + "]")
+_DECODED_CONTROL = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff"
+_DECODED_BAD = re.compile(f"[{_DECODED_CONTROL}{_INVISIBLE}]")
+_DECODED_BAD_EARLIER = re.compile(f"[{_DECODED_CONTROL}]")       # an earlier revision's (see load)
 
 
 MAX_DIGITS = 30              # digits of a number in a spec (a byte count or a floor needs far fewer)
@@ -148,7 +150,7 @@ def _check_nesting(text: str, path: str) -> None:
             depth = max(0, depth - 1)
 
 
-def _check_text(text: str, path: str) -> None:
+def _check_text(text: str, path: str, invisible: bool = False) -> None:
     if len(text) > MAX_BYTES:
         raise SpecError(Mark(path, 1, 1), f"the file has {len(text)} characters; a spec is at most {MAX_BYTES}",
                         "is this the right file?")
@@ -156,7 +158,7 @@ def _check_text(text: str, path: str) -> None:
     # editors do not show, which can end a comment and start a key)
     # Bidi controls and invisible characters too: copied into a generated docstring they would make
     # the reviewed code read otherwise than it runs ("Trojan Source").
-    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029" + _INVISIBLE + "]", text)
+    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029" + ("" if invisible else _INVISIBLE) + "]", text)
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
         col = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
@@ -196,9 +198,10 @@ def _runaway_quote(text: str, error_line: int):
     return None
 
 
-def load(text: str, path: str):
-    """Parse one YAML document; a YAML syntax error becomes a SpecError with its position."""
-    _check_text(text, path)
+def load(text: str, path: str, *, invisible: bool = False):
+    """Parse one YAML document; a YAML syntax error becomes a SpecError with its position.
+    invisible: let invisible and bidi characters pass (an earlier revision's spec, read by `diff`)."""
+    _check_text(text, path, invisible)
     _check_nesting(text, path)
     _reject_anchors_and_tags(text, path)
     loader = yaml.SafeLoader(text)
@@ -223,8 +226,10 @@ def load(text: str, path: str):
         loader.dispose()
     if node is None:
         raise SpecError(Mark(path, 1, 1), "the spec is empty", "start from one of the specs in specs/")
+    constructor = yaml.SafeLoader("")
+    constructor.decoded_bad = _DECODED_BAD_EARLIER if invisible else _DECODED_BAD     # what a string may not hold
     try:
-        return _convert(node, path, yaml.SafeLoader(""))
+        return _convert(node, path, constructor)
     except RecursionError:
         raise SpecError(Mark(path, 1, 1), "the YAML nests too deeply", "a spec is a few levels deep") from None
     except yaml.YAMLError as exc:

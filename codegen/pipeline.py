@@ -58,11 +58,19 @@ def spec_files(project) -> list:
     found = [p for kind in ("layout", COMPAT) for folder in _folders(project, kind) for p in sorted(folder.glob("*"))
              if p.suffix == ".yaml" or (p.suffix.lower() in (".yaml", ".yml") and p.is_file())]
     for folder in _folders(project, "layout"):
-        for below, dirs, files in os.walk(folder):          # (symlinked folders below are not followed)
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        seen = {os.path.realpath(folder)}
+        for below, dirs, files in os.walk(folder, followlinks=True):
+            # (a linked folder is walked once: a link back up would loop)
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and os.path.realpath(os.path.join(below, d)) not in seen)
+            seen.update(os.path.realpath(os.path.join(below, d)) for d in dirs)
             if Path(below) not in (folder, folder / COMPAT):
                 found += [Path(below) / f for f in sorted(files) if Path(f).suffix.lower() in (".yaml", ".yml")]
     return found
+
+
+def placed_specs(project, kind: str) -> list:
+    """The specs of a kind where they belong: the .yaml files of the spec folders, or of their compat/."""
+    return [p for folder in _folders(project_of(project), kind) for p in sorted(folder.glob("*.yaml")) if p.is_file()]
 
 
 def _shown_folders(project, kind: str) -> str:
@@ -101,7 +109,7 @@ def build_all(project, paths=None, *, earlier: bool = False) -> tuple:
     for path in paths:
         try:
             _check_spec_file(path, root)
-            kind, tree, display, digest = build.load_spec(path, root)
+            kind, tree, display, digest = build.load_spec(path, root, earlier=earlier)
             _check_place(project, path, kind, display)
             if kind == "layout":
                 layout = build.build_layout(tree, display, digest, earlier=earlier)
@@ -117,18 +125,20 @@ def build_all(project, paths=None, *, earlier: bool = False) -> tuple:
     if pending:
         # Compat specs name layouts: make sure every layout is known, requested or not.
         requested = {p.resolve() for p in paths}
+        compat_folders = {f.resolve() for f in _folders(project, COMPAT)}
         for path in spec_files(project):
-            if path.parent.name == COMPAT or path.resolve() in requested:
+            if path.resolve() in requested or path.parent.resolve() in compat_folders:
                 continue
             try:
                 _check_spec_file(path, root)
-                kind, tree, display, digest = build.load_spec(path, root)
+                kind, tree, display, digest = build.load_spec(path, root, earlier=earlier)
+                _check_place(project, path, kind, display)
                 layout = build.build_layout(tree, display, digest, earlier=earlier)
                 layouts.setdefault(layout.name, layout)
             except SpecError as err:
                 errors.append(err)
         # (a layout spec's name is its file's: the ones that did not build)
-        failed = {p.stem for p in (*paths, *spec_files(project)) if p.parent.name != COMPAT} - set(layouts)
+        failed = {p.stem for p in (*paths, *placed_specs(project, "layout")) if p.parent.resolve() not in compat_folders} - set(layouts)
         for tree, display, digest in pending:
             if {f["call"].split(".")[0] for f in tree["functions"]} & failed:
                 continue        # it calls a layout whose spec failed: that spec's errors say why
@@ -171,8 +181,7 @@ def render_all(project, paths=None) -> dict:
     # The package files list every spec's module (by file name, which each spec's name equals), so a
     # run for some specs keeps them whole too.
     # (a spec build_all would refuse for its place or suffix names no module)
-    placed = {kind: {p.stem for folder in _folders(project, kind) for p in folder.glob("*.yaml") if p.is_file()}
-              for kind in ("layout", COMPAT)}
+    placed = {kind: {p.stem for p in placed_specs(project, kind)} for kind in ("layout", COMPAT)}
     sources = ", ".join(f"{s}/" for s in project.specs)
     out[f"{out_dir}/__init__.py"] = _package_init(sorted(placed["layout"]),
                                                   "kvlayout generated modules, one per layout spec.", sources)

@@ -446,8 +446,9 @@ def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int
     - page-major in alloc_cache's rank (or token-major, its first two dims merged), only its shape
       where its elements are as wide, or where its last two dims give heads and values: another
       shape is a tensor of other heads, values or scale order (another plane's, transposed scales);
-    - in another rank (but a RawCache's), only a view that merges or splits alloc_cache's dims:
-      dims that cut the bytes where alloc_cache's do not are another layout's order (see _nested);
+    - in more dims than alloc_cache's (but a RawCache's), only a view that splits them: more dims that
+      cut the bytes elsewhere are another layout's order (see _nested); fewer are taken as bytes (a
+      caller's (num_pages, bytes), or its own 2-D view of swizzled scales);
     - its start aligned for the widest value the kernels load or store in it."""
     if dtype.is_floating_point and t.dtype.is_floating_point and t.dtype != dtype:
         raise ValueError(f"cache.{field}: dtype {t.dtype}, but this layout reads and writes {dtype} there "
@@ -463,7 +464,7 @@ def _check_field_form(i: int, field: str, t, shape: tuple, dtype, page_size: int
                          f"{dtype} for page_size={page_size}, heads={heads}, values={values}; pass this cache's "
                          "own tensor, shaped as alloc_cache gives it (one of other heads, values or order lays "
                          "its bytes out otherwise)")
-    if not raw and t.dim() != len(shape) and not _nested(tuple(t.shape), tuple(shape)):
+    if not raw and t.dim() > len(shape) and not _nested(tuple(t.shape), tuple(shape)):
         raise ValueError(f"cache.{field}: shape {tuple(t.shape)} {t.dtype} cuts its bytes where alloc_cache's "
                          f"{tuple(shape)} {dtype} (page_size={page_size}, heads={heads}, values={values}) does not: "
                          "a tensor of another layout or order; pass this cache's own tensor, or a view that only "
@@ -533,7 +534,7 @@ def _records_dtype_error(t, heads: int, values: int) -> str | None:
     another size than alloc_cache's dtype for it (so they count other bytes, whether or not a
     geometry of theirs is valid); None otherwise."""
     dtype = _RECORDS_DTYPE
-    if dtype.itemsize == t.element_size():
+    if dtype.itemsize == t.element_size() or None not in (HEADS, VALUES):    # (else its dims gave nothing)
         return None
     return (f"{_RECORDS_FIELD}: shape {tuple(t.shape)} {t.dtype} gives {heads} head(s) of {values} values, counted in "
             f"{t.element_size()}-byte elements, but alloc_cache gives it as {dtype}; pass it as alloc_cache gives "
@@ -742,8 +743,7 @@ def _chain(op: str, device: torch.device, pdl: bool | None) -> dict:
     knob does. EARLY_RELEASE (the op's early_release knob, with PDL): it lets the stream's next kernel
     launch at its own start. Both pay off in a stream of such kernels (the next one's launch overlaps
     this one); next to plain launches the H200 took about 0.5 us more per call (bench/RESULTS.md)."""
-    _check_pdl(pdl)
-    knobs = LAUNCH[op]
+    knobs = LAUNCH[op]         # (pdl: checked first by each op, _check_pdl)
     on = _dependent_launch(device) and (knobs["dependent_launch"] if pdl is None else pdl)
     return dict(PDL=on, EARLY_RELEASE=on and knobs["early_release"], **({"launch_pdl": True} if on else {}))
 
@@ -1724,6 +1724,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
             tensors += outs
         plan.run(pointers, tensors)
         return outs[0] if len(PLANES) == 1 else outs
+    _check_pdl(pdl)
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out)
     n_tokens = token_ids.shape[0]
@@ -1796,6 +1797,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(pointers, tensors)
         return
+    _check_pdl(pdl)
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store((k,), loc, cache, page_size)
     n_tokens, heads, values = srcs[0].shape
@@ -1847,6 +1849,7 @@ def quantize(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
         data, scale = outs = plan.allocate(pointers)
         plan.run(pointers, (x, *outs))
         return data, scale
+    _check_pdl(pdl)
     x2, lead, geo = _prepare_quantize(x)
     n_rows = x2.shape[0]
     data, scale = _quantize_outputs(x, lead, geo)
@@ -1902,6 +1905,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
         out, = plan.allocate(pointers)
         plan.run(pointers, (data, scale, out))
         return out
+    _check_pdl(pdl)
     data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     n_rows, values = data2.shape[0], geo["VALUES"]
     out = _dequantize_output(data, lead, geo, out_dtype)
@@ -2060,8 +2064,9 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
 
     page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
-    pdl: accepted for the signature every op shares (these launches are plain).
+    pdl: True, False or None, for the signature every op shares (these launches are plain).
     """
+    _check_pdl(pdl)
     num_pages = _prepare_reset(cache, page_ids, page_size)
     _check_compiled_device(_reset_pages_kernel, "page_ids", page_ids.device)
     if page_ids.shape[0] == 0:
@@ -2088,7 +2093,8 @@ def _prepare_reset(cache, page_ids, page_size) -> int:
 
 
 def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
-    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is accepted and ignored)."""
+    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is checked and ignored)."""
+    _check_pdl(pdl)
     num_pages = _prepare_reset(cache, page_ids, page_size)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]

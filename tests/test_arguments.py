@@ -891,20 +891,18 @@ def test_another_layouts_cache_is_refused():
 
 
 def test_another_layouts_tensors_in_a_plain_tuple_are_refused():
-    """A plain tuple of another layout's tensors with as many bytes a page: their scales, in another
-    rank, cut the bytes where this layout's do not (128x4's (pages, heads, 2, 32, 4, 4) against
-    (pages, heads, 32, 4, 8)), in either direction; views that merge or split this layout's dims
-    stay bytes."""
+    """A plain tuple of another layout's tensors with as many bytes a page: scales in more dims than
+    this layout's that cut the bytes elsewhere (mxfp8_kv_128x4's (pages, heads, 2, 32, 4, 4) passed to
+    mxfp8_kv, whose are (pages, heads, 32, 4, 8)) are refused; views that split this layout's dims,
+    and views of fewer dims (a caller's own 2-D or logical view of swizzled scales), stay bytes."""
     a, b = module("mxfp8_kv"), module("mxfp8_kv_128x4")
     x = scaled_normal((3, 2, 256), generator(46)).to(DEVICE)
     loc = torch.tensor([1, 40, 100], device=DEVICE)
-    for this, other in ((a, b), (b, a)):
-        theirs = tuple(other.alloc_cache(1, 128, heads=2, values=256, device=DEVICE))
-        own = this.cache_shapes(1, 128, heads=2, values=256)["k_sf"][0]
-        told = (rf"^cache\.k_sf: shape {re.escape(str(tuple(theirs[1].shape)))} torch.uint8 cuts its bytes where "
-                rf"alloc_cache's {re.escape(str(tuple(own)))} torch.uint8 \(page_size=128, heads=2, values=256\) does not")
-        raises(told, this.quantize_store, x, x, loc, theirs, 128)
-        raises(told, this.gather_dequant, theirs, loc, 128)
+    theirs = tuple(b.alloc_cache(1, 128, heads=2, values=256, device=DEVICE))
+    told = (r"^cache\.k_sf: shape \(1, 2, 2, 32, 4, 4\) torch.uint8 cuts its bytes where alloc_cache's "
+            r"\(1, 2, 32, 4, 8\) torch.uint8 \(page_size=128, heads=2, values=256\) does not")
+    raises(told, a.quantize_store, x, x, loc, theirs, 128)
+    raises(told, a.gather_dequant, theirs, loc, 128)
     ours = a.alloc_cache(1, 128, heads=2, values=256, device=DEVICE)
     want = a.alloc_cache(1, 128, heads=2, values=256, device=DEVICE)
     a.quantize_store(x, x, loc, want, 128)
@@ -912,6 +910,12 @@ def test_another_layouts_tensors_in_a_plain_tuple_are_refused():
         views = a.Cache(ours.k_cache, ours.k_sf.view(shape), ours.v_cache, ours.v_sf.view(shape))
         a.quantize_store(x, x, loc, views, 128)
     assert_same_cache(a, ours, want, "scales passed as views that merge or split their dims")
+    got = b.alloc_cache(1, 128, heads=2, values=256, device=DEVICE)
+    want = b.alloc_cache(1, 128, heads=2, values=256, device=DEVICE)
+    b.quantize_store(x, x, loc, want, 128)
+    logical = b.Cache(got.k_cache, got.k_sf.view(1, 2, 128, 8), got.v_cache, got.v_sf.view(1, 256, 8))
+    b.quantize_store(x, x, loc, logical, 128)
+    assert_same_cache(b, got, want, "128x4 scales passed as a logical (pages, heads, slots, groups) view")
 
 
 @pytest.mark.parametrize("name", ["mxfp8_kv", "vllm_fp8_per_token_head"])
@@ -932,7 +936,7 @@ def test_a_records_view_of_a_wider_dtype_is_named_by_writers_and_readers(name):
 @pytest.mark.parametrize("name", ["vllm_fp8", "mxfp8_v_seqblocked", "ds41_mla"])
 def test_pdl_is_true_false_or_none(name):
     """`pdl` is a launch option of True, False or None: a truthy string is refused by each op and
-    its reference (which ignore it otherwise)."""
+    its reference (which ignores it otherwise), reset_pages too, in empty calls too."""
     m = module(name)
     heads, values, page = dims(m)
     cache = m.alloc_cache(2, page, heads=heads, values=values, device=DEVICE)
@@ -940,13 +944,16 @@ def test_pdl_is_true_false_or_none(name):
     loc = torch.tensor([1, 2], device=DEVICE)
     writer = "append" if "append" in m.OPS else "quantize_store"
     calls = {writer: (*sources(m, [x] * len(m.PLANES)), loc, cache, page),
-             "gather_dequant": (cache, loc, page), "quantize": (x[:, 0],)}
+             "gather_dequant": (cache, loc, page), "quantize": (x[:, 0],), "reset_pages": (cache, loc[:1], page)}
+    empty = {writer: (*sources(m, [x[:0]] * len(m.PLANES)), loc[:0], cache, page), "gather_dequant": (cache, loc[:0], page),
+             "quantize": (x[:0, 0],), "reset_pages": (cache, loc[:0], page)}
     for op, args in calls.items():
-        if op not in m.OPS:
+        if op not in m.OPS + ("reset_pages",):
             continue
         kwargs = given(m) if op in (writer, "gather_dequant") else {}
         for fn in (getattr(m, op), getattr(m, f"{op}_ref")):
-            raises(r"^pdl: expected True, False or None .* got 'false' \(str\)$", fn, *args, pdl="false", **kwargs)
+            for call in (args, empty[op]):           # an empty call too: its launch is skipped, not its checks
+                raises(r"^pdl: expected True, False or None .* got 'false' \(str\)$", fn, *call, pdl="false", **kwargs)
             fn(*args, pdl=False, **kwargs)
 
 

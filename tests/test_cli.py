@@ -421,13 +421,21 @@ def test_specs_in_subfolders_are_named_not_skipped(tmp_path):
     (root / "specs" / "models" / "deeper" / "bad.yml").write_text("name: [")
     (root / "specs" / ".cache").mkdir()
     (root / "specs" / ".cache" / "old.yaml").write_text("name: [")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "linked.yaml").write_text(GOOD.replace("name: dsv4_k", "name: linked"))
+    (tmp_path / "shared" / "up").symlink_to(tmp_path / "specs")           # a loop: walked once
+    (root / "specs" / "more").symlink_to(tmp_path / "shared")
     for verb in ("lint", "generate"):
         proc = kvlayout(verb, root=root)
         assert proc.returncode == 2, proc.stderr
         assert ("specs/models/nested.yaml:1:1: a layout spec must sit in specs/" in proc.stderr
                 and "(fix: move it to specs/nested.yaml)" in proc.stderr), proc.stderr
         assert "specs/models/deeper/bad.yml:1:1:" in proc.stderr and ".cache" not in proc.stderr, proc.stderr
+        assert "specs/more/linked.yaml:1:1: a layout spec must sit in specs/" in proc.stderr, proc.stderr
     assert not (root / "generated" / "nested.py").exists()
+    proc = kvlayout("generate", "specs/dsv4_k.yaml", root=root)        # the named spec alone: the package lists it alone
+    assert proc.returncode == 0, proc.stderr
+    assert "nested" not in (root / "generated" / "__init__.py").read_text()
 
 
 def test_github_annotations_escape_what_ends_their_fields():

@@ -78,7 +78,8 @@ def test_the_config_is_found_walking_up_and_named_by_root_or_config(tmp_path):
     ('output = "/abs"\n', ["must be a folder inside"]),
     ('output = "gen"\npackage = "generated"\n', ["does not end in the output folder's name"]),
     ('package = "not a name"\n', ["dotted Python import name"]),
-    ('output = "class"\n', ["package = 'class' must be a dotted Python import name (no part a keyword)"]),
+    ('output = "class"\n', ["package = 'class' (the output folder's name, the default) must be a dotted Python "
+                            "import name (no part a keyword)"]),
     ('output = "src/generated"\npackage = "import.generated"\n', ["no part a keyword"]),
     ('svg = "generated/pics"\n', ["overlaps output"]),
     ('specs = [\n', ["not valid TOML"]),
@@ -286,6 +287,39 @@ def test_diff_reports_a_bad_spec_in_the_format_asked(tmp_path):
     assert proc.returncode == 2, proc.stderr
     (found,) = json.loads(proc.stdout)
     assert (found["file"], found["line"]) == ("specs/dsv4_k.yaml", 9) and found["fix"], found
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_compares_the_commit_that_removes_an_invisible_character(tmp_path):
+    """An earlier revision's spec may hold what today's refuses (a zero-width space, written raw or
+    as an escape): diff reads it, so the fix itself can be compared."""
+    root = _git_project(tmp_path)
+    spec = root / "specs" / "dsv4_k.yaml"
+    good = spec.read_text()
+    quoted = re.sub(r"summary: >-\n(  .*\n)+", lambda m: 'summary: "a\\u200b"\n', good, count=1)
+    for bad in (edit(good, "summary: >-\n", "summary: >-\n  a\u200b"), quoted):
+        assert bad != good
+        spec.write_text(bad)
+        assert kv("lint", cwd=root).returncode == 2
+        git(root, "commit", "-qam", "an invisible character")
+        spec.write_text(good)
+        proc = kv("diff", "--against", "HEAD", cwd=root)
+        assert proc.returncode == 0, proc.stderr
+        git(root, "commit", "-qam", "removed")
+
+
+def test_a_broken_pyproject_of_another_tool_is_passed_by(tmp_path):
+    """A kvlayout.toml beside a pyproject.toml kvlayout cannot read, or init below one: not kvlayout's
+    config, so no error of its."""
+    (tmp_path / "kvlayout.toml").write_text('specs = "specs"\n')
+    (tmp_path / "pyproject.toml").write_text("[tool.black\n")
+    (tmp_path / "specs").mkdir()
+    proc = kv("lint", cwd=tmp_path)
+    assert proc.returncode == 0 and "0 spec(s) OK" in proc.stdout, proc.stderr
+    (tmp_path / "kvlayout.toml").unlink()
+    (tmp_path / "inner").mkdir()
+    proc = kv("init", cwd=tmp_path / "inner")
+    assert proc.returncode == 0 and (tmp_path / "inner" / "kvlayout.toml").is_file(), proc.stderr
 
 
 @pytest.mark.skipif(GIT is None, reason="needs git")

@@ -10,7 +10,7 @@ import triton.language as tl
 Cache = tuple
 _CACHE_NAMES: tuple = ()
 _index = _cache_dims = _check_index = _check_cache = _check_apart = _check_compiled_device = None
-_kernel_cache = _next_pow2 = _ref_mode = None
+_kernel_cache = _next_pow2 = _ref_mode = _check_pdl = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
 
@@ -34,8 +34,9 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
 
     page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
-    pdl: accepted for the signature every op shares (these launches are plain).
+    pdl: True, False or None, for the signature every op shares (these launches are plain).
     """
+    _check_pdl(pdl)
     num_pages = _prepare_reset(cache, page_ids, page_size)
     _check_compiled_device(_reset_pages_kernel, "page_ids", page_ids.device)
     if page_ids.shape[0] == 0:
@@ -62,7 +63,8 @@ def _prepare_reset(cache, page_ids, page_size) -> int:
 
 
 def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
-    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is accepted and ignored)."""
+    """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is checked and ignored)."""
+    _check_pdl(pdl)
     num_pages = _prepare_reset(cache, page_ids, page_size)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
