@@ -313,7 +313,7 @@ def cmd_init(args) -> int:
     if existing is not None:
         raise UsageError(f"{existing} is a kvlayout config already; nothing written")
     # Here, inside another project, commands would find this one's config instead of that one's.
-    above = None if args.root else _config_above(Path(os.path.abspath(args.root or Path.cwd())))
+    above = None if args.root else _config_above(Path(os.path.abspath(Path.cwd())))
     if above is not None:
         raise UsageError(f"{root} is inside the project of {above}; run commands there, or pass --root {root} to "
                          "make a project of its own here (commands run below it then find this one); nothing written")
