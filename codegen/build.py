@@ -1098,6 +1098,8 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                 _check_arg(v, param_names, args.value_mark(k), f"{where}.args.{k}")
                 src = passed(k, f"_{k}", v)
             rendered.append((k, src))
+        if "cache" in args:         # the op's errors point to the layout module's allocators, which this one lacks
+            renames += [(helper, f"{layout_name}.{helper}") for helper in ("alloc_cache", "cache_shapes")]
         if f["raw_cache"] and "cache" not in wanted:
             raise SpecError(f.key_mark("raw_cache"), f"{where}.raw_cache: {op} takes no cache",
                             "remove raw_cache: (it is how the cache tensors of a writer or reader are passed)")

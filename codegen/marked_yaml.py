@@ -76,9 +76,9 @@ def _convert(node: yaml.Node, path: str, loader: yaml.SafeLoader):
     return value
 
 
-# Format characters no spec needs that change how text displays: zero-width ones, marks and bidi
-# embeddings, overrides and isolates, a byte order mark past the start.
-_INVISIBLE = "\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+# Format characters no spec needs that change how text displays: a soft hyphen, zero-width ones,
+# marks and bidi embeddings, overrides and isolates, a byte order mark past the start, tag characters.
+_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f"
 
 
 # What a decoded string may not hold (tabs and line breaks it may): the file's check (_check_text)

@@ -1114,7 +1114,7 @@ def test_compat_writers_refuse_caches_the_seed_would_fill_otherwise():
     assert_same_cache(m, as_bytes, cache, "uint8 caches")
     sb = module("mxfp8_v_seqblocked")
     c = sb.alloc_cache(2, 64, heads=2, values=32, device=DEVICE)
-    raises(r"^sfv: shape \(2, 2, 2, 32\) torch.uint8, but alloc_cache gives \(2, 2, 32, 2\)",
+    raises(r"^sfv: shape \(2, 2, 2, 32\) torch.uint8, but mxfp8_v_seqblocked\.alloc_cache gives \(2, 2, 32, 2\)",
            mx.update_mxfp8_v_cache_seqblocked, x[:, :, :32], loc, c.v_cache, c.v_sf.transpose(2, 3).contiguous())
     raises(r"^v_cache: dtype torch.float8_e5m2", mx.update_mxfp8_v_cache_seqblocked, x[:, :, :32], loc,
            c.v_cache.view(torch.float8_e5m2), c.v_sf)

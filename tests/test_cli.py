@@ -93,6 +93,7 @@ BAD_SPECS = [
     ("bidi override", edit(GOOD, "summary: >-\n", "summary: a\u202eb\nabout: >-\n"), "4:11",
      ["an invisible or bidi control character U+202E in the file"]),
     ("zero-width space", edit(GOOD, "summary: >-\n", "summary: a\u200bb\nabout: >-\n"), "4:11", ["U+200B"]),
+    ("tag character", edit(GOOD, "summary: >-\n", "summary: a\U000e0041b\nabout: >-\n"), "4:11", ["U+E0041"]),
     ("key not a plain scalar", GOOD + "~: 2\n", None, ["mapping keys must be plain scalars", "fix: write the key"]),
     # page sizes of 1 slot would put the 64 bf16 rope values at odd addresses: refused where the spec says so
     ("page sizes that misalign", edit(edit(GOOD, "align: 576 ", "align: 1   "), "pad_to: 8 ", "pad_to: 7 "), "11:21",

@@ -54,6 +54,14 @@ def test_sglang_dsv4_writer_and_readers_are_dsv4_k():
     assert_same_bytes(out, want, "dequantize_k_cache_paged_ref(out=)")
 
 
+def test_compat_errors_point_to_the_layout_modules_allocators():
+    """A compat module has no alloc_cache: its errors name the layout module's."""
+    mod = compat("sglang_dsv4")
+    with pytest.raises(ValueError, match=r"^quant_k_cache: .* allocate it with dsv4_k\.alloc_cache/dsv4_k\.cache_shapes$"):
+        mod.dequantize_k_cache_paged(torch.zeros(37440 * 2 + 5, dtype=torch.uint8, device=DEVICE),
+                                     torch.arange(3, device=DEVICE), 64)
+
+
 def test_compat_references_take_every_parameter_of_their_twins():
     import inspect
     names = sorted(path.stem for path in (ROOT / "generated" / "compat").glob("*.py") if path.stem != "__init__")

@@ -97,7 +97,8 @@ def _page_size_read_text(text: str, tensor: str, source: str) -> str:
     if allocated is None:       # the tensor read is named: its shape is the fix; else the named tensor's
         named = text.partition(": ")[0]
         fix = shaped if named == tensor else f"pass {named} with {source} slots per page, of the cache {tensor} belongs to"
-        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as (\w+\.)?alloc_cache/"
+                      rf"(\w+\.)?cache_shapes give it)?",
                       fix, text)
     other, size, detail, read = allocated.groups()
     if other == tensor:

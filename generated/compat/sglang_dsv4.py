@@ -35,7 +35,7 @@ def dequantize_k_cache_paged(quant_k_cache, page_table_1_flattened, page_size, o
     try:
         return dsv4_k.gather_dequant(cache=dsv4_k.Cache(k_cache=quant_k_cache), token_ids=page_table_1_flattened, page_size=page_size, out=out)
     except ValueError as error:   # in this function's terms
-        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'token_ids': 'page_table_1_flattened'}) from None
+        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'token_ids': 'page_table_1_flattened', 'alloc_cache': 'dsv4_k.alloc_cache', 'cache_shapes': 'dsv4_k.cache_shapes'}) from None
 
 
 def dequantize_k_cache_paged_ref(quant_k_cache, page_table_1_flattened, page_size, out=None):
@@ -46,7 +46,7 @@ def dequantize_k_cache_paged_ref(quant_k_cache, page_table_1_flattened, page_siz
     try:
         return dsv4_k.gather_dequant_ref(cache=dsv4_k.Cache(k_cache=quant_k_cache), token_ids=page_table_1_flattened, page_size=page_size, out=out)
     except ValueError as error:   # in this function's terms
-        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'token_ids': 'page_table_1_flattened'}) from None
+        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'token_ids': 'page_table_1_flattened', 'alloc_cache': 'dsv4_k.alloc_cache', 'cache_shapes': 'dsv4_k.cache_shapes'}) from None
 
 
 def quantize_k_cache_paged(k, loc, quant_k_cache, page_size):
@@ -61,7 +61,7 @@ def quantize_k_cache_paged(k, loc, quant_k_cache, page_size):
     try:
         return dsv4_k.quantize_store(k=k, loc=loc, cache=dsv4_k.Cache(k_cache=quant_k_cache), page_size=page_size)
     except ValueError as error:   # in this function's terms
-        raise _renamed(error, {'cache.k_cache': 'quant_k_cache'}) from None
+        raise _renamed(error, {'cache.k_cache': 'quant_k_cache', 'alloc_cache': 'dsv4_k.alloc_cache', 'cache_shapes': 'dsv4_k.cache_shapes'}) from None
 
 
 def _described(value) -> str:

@@ -67,7 +67,7 @@ def quant_store_kv_mxfp8(k, v, loc, k_cache, v_cache, sfk, sfv, page_size=128):
     try:
         return mxfp8_kv.quantize_store(k=k, v=v, loc=loc, cache=mxfp8_kv.RawCache(k_cache=k_cache, k_sf=sfk, v_cache=v_cache, v_sf=sfv), page_size=page_size)
     except ValueError as error:   # in this function's terms
-        raise _renamed(error, {'cache.k_cache': 'k_cache', 'cache.k_sf': 'sfk', 'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv'}) from None
+        raise _renamed(error, {'cache.k_cache': 'k_cache', 'cache.k_sf': 'sfk', 'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv', 'alloc_cache': 'mxfp8_kv.alloc_cache', 'cache_shapes': 'mxfp8_kv.cache_shapes'}) from None
 
 
 def update_mxfp8_v_cache_seqblocked(v, loc, v_cache, sfv):
@@ -85,7 +85,7 @@ def update_mxfp8_v_cache_seqblocked(v, loc, v_cache, sfv):
     try:
         return mxfp8_v_seqblocked.append(v=v, loc=loc, cache=mxfp8_v_seqblocked.Cache(v_cache=v_cache, v_sf=sfv), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _read_page_size(_renamed(error, {'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv', 'page_size': 'v_cache.shape[1]'}), 'v_cache', 'v_cache.shape[1]') from None
+        raise _read_page_size(_renamed(error, {'cache.v_cache': 'v_cache', 'cache.v_sf': 'sfv', 'page_size': 'v_cache.shape[1]', 'alloc_cache': 'mxfp8_v_seqblocked.alloc_cache', 'cache_shapes': 'mxfp8_v_seqblocked.cache_shapes'}), 'v_cache', 'v_cache.shape[1]') from None
 
 
 def _described(value) -> str:
@@ -133,7 +133,8 @@ def _page_size_read_text(text: str, tensor: str, source: str) -> str:
     if allocated is None:       # the tensor read is named: its shape is the fix; else the named tensor's
         named = text.partition(": ")[0]
         fix = shaped if named == tensor else f"pass {named} with {source} slots per page, of the cache {tensor} belongs to"
-        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as (\w+\.)?alloc_cache/"
+                      rf"(\w+\.)?cache_shapes give it)?",
                       fix, text)
     other, size, detail, read = allocated.groups()
     if other == tensor:

@@ -41,7 +41,7 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
     try:
         return ds32_indexer.quantize_store(k=k, loc=slot_mapping, cache=ds32_indexer.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('slot_mapping', 'k'),), (k,)) from None
+        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]', 'alloc_cache': 'ds32_indexer.alloc_cache', 'cache_shapes': 'ds32_indexer.cache_shapes'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('slot_mapping', 'k'),), (k,)) from None
 
 
 def _described(value) -> str:
@@ -128,7 +128,8 @@ def _page_size_read_text(text: str, tensor: str, source: str) -> str:
     if allocated is None:       # the tensor read is named: its shape is the fix; else the named tensor's
         named = text.partition(": ")[0]
         fix = shaped if named == tensor else f"pass {named} with {source} slots per page, of the cache {tensor} belongs to"
-        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as (\w+\.)?alloc_cache/"
+                      rf"(\w+\.)?cache_shapes give it)?",
                       fix, text)
     other, size, detail, read = allocated.groups()
     if other == tensor:

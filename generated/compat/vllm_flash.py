@@ -41,7 +41,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     try:
         return vllm_fp8.quantize_store(k=key, v=value, loc=slot_mapping, cache=vllm_fp8.Cache(k_cache=key_cache, v_cache=value_cache), page_size=_page_size, k_scale=k_scale, v_scale=v_scale)
     except ValueError as error:   # in this function's terms
-        raise _as_read(_read_page_size(_renamed(error, {'k': 'key', 'v': 'value', 'loc': 'slot_mapping', 'cache.k_cache': 'key_cache', 'cache.v_cache': 'value_cache', 'page_size': 'key_cache.shape[1]'}), 'key_cache', 'key_cache.shape[1]'), _passed, (('key', 'slot_mapping'), ('value', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
+        raise _as_read(_read_page_size(_renamed(error, {'k': 'key', 'v': 'value', 'loc': 'slot_mapping', 'cache.k_cache': 'key_cache', 'cache.v_cache': 'value_cache', 'page_size': 'key_cache.shape[1]', 'alloc_cache': 'vllm_fp8.alloc_cache', 'cache_shapes': 'vllm_fp8.cache_shapes'}), 'key_cache', 'key_cache.shape[1]'), _passed, (('key', 'slot_mapping'), ('value', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
 
 
 def _described(value) -> str:
@@ -128,7 +128,8 @@ def _page_size_read_text(text: str, tensor: str, source: str) -> str:
     if allocated is None:       # the tensor read is named: its shape is the fix; else the named tensor's
         named = text.partition(": ")[0]
         fix = shaped if named == tensor else f"pass {named} with {source} slots per page, of the cache {tensor} belongs to"
-        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as (\w+\.)?alloc_cache/"
+                      rf"(\w+\.)?cache_shapes give it)?",
                       fix, text)
     other, size, detail, read = allocated.groups()
     if other == tensor:

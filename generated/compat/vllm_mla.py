@@ -43,7 +43,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     try:
         return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('kv_c', 'slot_mapping'), ('k_pe', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
+        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]', 'alloc_cache': 'vllm_ds_mla.alloc_cache', 'cache_shapes': 'vllm_ds_mla.cache_shapes'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('kv_c', 'slot_mapping'), ('k_pe', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
 
 
 def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
@@ -63,7 +63,7 @@ def concat_and_cache_ds_mla(kv_c, k_pe, kv_cache, slot_mapping, scale=None):
     try:
         return vllm_ds_mla.quantize_store(kv_c=kv_c, k_pe=k_pe, loc=slot_mapping, cache=vllm_ds_mla.Cache(k_cache=kv_cache), page_size=_page_size)
     except ValueError as error:   # in this function's terms
-        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('kv_c', 'slot_mapping'), ('k_pe', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
+        raise _as_read(_read_page_size(_renamed(error, {'loc': 'slot_mapping', 'cache.k_cache': 'kv_cache', 'page_size': 'kv_cache.shape[1]', 'alloc_cache': 'vllm_ds_mla.alloc_cache', 'cache_shapes': 'vllm_ds_mla.cache_shapes'}), 'kv_cache', 'kv_cache.shape[1]'), _passed, (('kv_c', 'slot_mapping'), ('k_pe', 'slot_mapping')), (slot_mapping, slot_mapping)) from None
 
 
 def _described(value) -> str:
@@ -150,7 +150,8 @@ def _page_size_read_text(text: str, tensor: str, source: str) -> str:
     if allocated is None:       # the tensor read is named: its shape is the fix; else the named tensor's
         named = text.partition(": ")[0]
         fix = shaped if named == tensor else f"pass {named} with {source} slots per page, of the cache {tensor} belongs to"
-        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as alloc_cache/cache_shapes give it)?",
+        return re.sub(rf"pass the {said} it was allocated with(, or a tensor shaped as (\w+\.)?alloc_cache/"
+                      rf"(\w+\.)?cache_shapes give it)?",
                       fix, text)
     other, size, detail, read = allocated.groups()
     if other == tensor:
