@@ -947,7 +947,7 @@ class Compat:
 
 # Annotations and defaults of the ops' parameters (a call-time tensor otherwise), and their results.
 _PARAM_TEXT = {"cache": "cache: Cache", "page_size": "page_size: int", "out": "out=None",
-               "out_dtype": "out_dtype: torch.dtype = torch.bfloat16"}
+               "out_dtype": "out_dtype: torch.dtype | None = torch.bfloat16"}
 
 
 def op_signature(layout: Layout, op: str) -> tuple:

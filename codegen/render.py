@@ -143,7 +143,7 @@ RUNTIME_OPTIONAL = {
     "outputs": {"_prepare_gather": "gather_dequant", "_gather_outputs": "gather_dequant",
                 "_gather_dequant_fake": "gather_dequant", "_prepare_quantize": "quantize",
                 "_quantize_outputs": "quantize", "_quantize_fake": "quantize", "_dtype_names": "dequantize",
-                "_prepare_dequantize": "dequantize", "_dequantize_output": "dequantize",
+                "_prepare_dequantize": "dequantize", "_out_dtype": "dequantize", "_dequantize_output": "dequantize",
                 "_dequantize_fake": "dequantize"},
     "reset": {},
     "append": {},

@@ -1980,12 +1980,13 @@ def _dequantize_kernel(
     _load_rope(records, rec_row, ok, out_ptr, out_row, ok)
 
 
-def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
+def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype | None = torch.bfloat16, *,
                pdl: bool | None = None) -> torch.Tensor:
     """Inverse of quantize: data (..., 576) and scale (..., 7) -> (..., 512) out_dtype.
 
     data may be uint8, int8 (views of the same bytes; another 1-byte format is refused);
     scale uint8, int8, float8_e8m0fnu.
+    out_dtype: torch.bfloat16 (None also means it, as in the torch operator), float16 or float32.
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
     """
@@ -1995,6 +1996,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype =
         plan.run(pointers, (data, scale, out))
         return out
     _check_pdl(pdl)
+    out_dtype = _out_dtype(out_dtype)
     data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     n_rows, values = data2.shape[0], geo["VALUES"]
     out = _dequantize_output(data, lead, geo, out_dtype)
@@ -2121,6 +2123,11 @@ def _prepare_dequantize(data, scale, out_dtype) -> tuple:
     return data2, scale2, lead, geo
 
 
+def _out_dtype(out_dtype):
+    """dequantize's output dtype: None is the default, bf16 (the torch operator's schema reads it so)."""
+    return torch.bfloat16 if out_dtype is None else out_dtype
+
+
 def _dequantize_output(data, lead: tuple, geo: dict, out_dtype) -> torch.Tensor:
     """dequantize's destination for records of leading shape `lead`."""
     return torch.empty((*lead, geo["VALUES"]), dtype=out_dtype, device=data.device)
@@ -2231,8 +2238,8 @@ def register_torch_ops(namespace: str | None = None):
     ops += ["gather_dequant", "gather_dequant_out"] if "gather_dequant" in OPS else []
     taken = [op for op in ops if hasattr(getattr(torch.ops, namespace), op)]
     if taken:
-        raise ValueError(f"namespace: torch.ops.{namespace}.{taken[0]} is already registered (by another copy "
-                         "of a kvlayout module?); pass a namespace of its own")
+        raise ValueError(f"namespace: torch.ops.{namespace}.{taken[0]} is already registered (by torch, another "
+                         "library or another copy of a kvlayout module); pass a namespace of its own")
     schemas = {op: _torch_op_params(op) for op in ops}     # all of them first: a refusal registers nothing
     for op, (args, mutated, params) in schemas.items():
         _register_torch_op(namespace, op, args, mutated, params)
@@ -2707,7 +2714,8 @@ def _ref_quantize(x: torch.Tensor):
     return data.view(_REF_DENSE_DTYPES[0]).view(*lead, G.RECORD_BYTES), scale.view(*lead, G.DENSE_SCALES)
 
 
-def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype | None) -> torch.Tensor:
+    out_dtype = _out_dtype(out_dtype)
     data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     G = SimpleNamespace(**geo)
     out = torch.empty((data2.shape[0], G.VALUES), dtype=out_dtype, device=data.device)
@@ -2787,7 +2795,7 @@ def quantize_ref(x: torch.Tensor, *, pdl: bool | None = None) -> tuple:
         return _ref_quantize(x)
 
 
-def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
+def dequantize_ref(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype | None = torch.bfloat16, *,
                    pdl: bool | None = None) -> torch.Tensor:
     """Pure-torch twin of dequantize: returns the same bytes (pdl, a launch option, is checked and ignored)."""
     _check_pdl(pdl)

@@ -2609,8 +2609,8 @@ def register_torch_ops(namespace: str | None = None):
     ops += ["gather_dequant", "gather_dequant_out"] if "gather_dequant" in OPS else []
     taken = [op for op in ops if hasattr(getattr(torch.ops, namespace), op)]
     if taken:
-        raise ValueError(f"namespace: torch.ops.{namespace}.{taken[0]} is already registered (by another copy "
-                         "of a kvlayout module?); pass a namespace of its own")
+        raise ValueError(f"namespace: torch.ops.{namespace}.{taken[0]} is already registered (by torch, another "
+                         "library or another copy of a kvlayout module); pass a namespace of its own")
     schemas = {op: _torch_op_params(op) for op in ops}     # all of them first: a refusal registers nothing
     for op, (args, mutated, params) in schemas.items():
         _register_torch_op(namespace, op, args, mutated, params)

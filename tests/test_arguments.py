@@ -2,7 +2,6 @@
 any launch, caches carry their page size in their shape, and launch plans (the cheap path of a
 repeated call) give the checked path's bytes and keep its per-call checks."""
 import os
-import re
 import subprocess
 import sys
 import warnings

@@ -194,6 +194,9 @@ def test_dequantize(name, out_dtype):
     want = m.dequantize_ref(data, scale, out_dtype)
     assert got.dtype == out_dtype and got.shape == (2, 301, values)
     assert_same_bytes(got, want, f"{name}.dequantize")
+    if out_dtype == torch.bfloat16:        # None is the default, bf16, as the torch operator reads it
+        assert_same_bytes(m.dequantize(data, scale, None), want, f"{name}.dequantize(out_dtype=None)")
+        assert_same_bytes(m.dequantize_ref(data, scale, None), want, f"{name}.dequantize_ref(out_dtype=None)")
 
 
 # Append cases the interpreter leaves to the GPU suite: they repeat, for a zoo layout, a launch

@@ -208,6 +208,8 @@ def test_registration_errors_and_reuse():
     assert m.register_torch_ops("kvlayout_test_reuse") is ops is torch.ops.kvlayout_test_reuse
     with pytest.raises(ValueError, match=r"^namespace: torch\.ops\.kvlayout_test_reuse\.\w+ is already registered"):
         other.register_torch_ops("kvlayout_test_reuse")
+    with pytest.raises(ValueError, match=r"^namespace: torch\.ops\.aten\.dequantize is already registered \(by torch"):
+        m.register_torch_ops("aten")           # torch's own operator of that name
     for bad in ("has space", "_private", "", 3, "a::b"):
         with pytest.raises(ValueError, match="^namespace: expected an identifier"):
             m.register_torch_ops(bad)

@@ -130,6 +130,11 @@ def _prepare_dequantize(data, scale, out_dtype) -> tuple:
     return data2, scale2, lead, geo
 
 
+def _out_dtype(out_dtype):
+    """dequantize's output dtype: None is the default, bf16 (the torch operator's schema reads it so)."""
+    return torch.bfloat16 if out_dtype is None else out_dtype
+
+
 def _dequantize_output(data, lead: tuple, geo: dict, out_dtype) -> torch.Tensor:
     """dequantize's destination for records of leading shape `lead`."""
     return torch.empty((*lead, geo["VALUES"]), dtype=out_dtype, device=data.device)

@@ -33,7 +33,8 @@ _REF_RECORDS = 0
 _REF_PLANE_FIELDS: tuple = ((0,),)
 _REF_DENSE_DTYPES = (torch.uint8, torch.uint8)
 INPUTS: tuple = ()
-_index = _prepare_gather = _prepare_store = _prepare_store_inputs = _prepare_quantize = _prepare_dequantize = None
+_index = _prepare_gather = _prepare_store = _prepare_store_inputs = _prepare_quantize = None
+_prepare_dequantize = _out_dtype = None
 _ref_segments = _ref_record_row = None
 _CODE_DTYPES: dict = {}
 
@@ -355,7 +356,8 @@ def _ref_quantize(x: torch.Tensor):
     return data.view(_REF_DENSE_DTYPES[0]).view(*lead, G.RECORD_BYTES), scale.view(*lead, G.DENSE_SCALES)
 
 
-def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+def _ref_dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype | None) -> torch.Tensor:
+    out_dtype = _out_dtype(out_dtype)
     data2, scale2, lead, geo = _prepare_dequantize(data, scale, out_dtype)
     G = SimpleNamespace(**geo)
     out = torch.empty((data2.shape[0], G.VALUES), dtype=out_dtype, device=data.device)
