@@ -417,14 +417,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, action=Given, help=config_help)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def verb(name, root=root_help, **kwargs):
+    def verb(name, root=root_help, config=config_help, **kwargs):
         v = sub.add_parser(name, **kwargs)
         v.add_argument("--root", type=Path, action=Given, default=argparse.SUPPRESS, help=root)   # after the verb too
-        v.add_argument("--config", type=Path, action=Given, default=argparse.SUPPRESS, help=config_help)
+        v.add_argument("--config", type=Path, action=Given, default=argparse.SUPPRESS, help=config)
         return v
 
     i = verb("init", help="write kvlayout.toml, the spec schema and an example spec (in --root or here)",
-             root="the folder to make a project of (default: the current folder, unless a project above holds it)")
+             root="the folder to make a project of (default: the current folder; inside another project, pass "
+                  "it explicitly)",
+             config="not taken by init, which writes kvlayout.toml into --root (exit 4)")
     i.add_argument("--specs", default=config.DEFAULTS["specs"], help="spec folder (default: specs)")
     i.add_argument("--output", default=config.DEFAULTS["output"], help="generated package folder (default: generated)")
     i.add_argument("--package", help="its import name (default: the output folder's name)")
@@ -448,8 +450,8 @@ def parser() -> argparse.ArgumentParser:
     d = verb("diff", help="the layout ABI change of every spec since a git revision; exit 1 if breaking")
     d.add_argument("--against", required=True, metavar="GIT_REF", help="the revision to compare with (e.g. main)")
     d.add_argument("--format", choices=("text", "json"), default="text")
-    verb("bench", help="benchmark every spec x op on the GPU (options: python -m bench.run --help; "
-         "--host first: host time per eager call, python -m bench.host --help)")
+    verb("bench", help="benchmark every spec x op on the GPU (options: kvlayout bench --help; "
+         "--host first: host time per eager call, kvlayout bench --host --help)")
     return p
 
 
