@@ -5,14 +5,15 @@ A cache written by one layout must be readable by the other: every fact that pla
 byte (planes, record parts and their element formats, buffers, regions, offsets, strides, page
 bytes, scale formats and groups, a global scale, the sink, the heads and values taken) is compared
 at concrete sizes (padded page bytes at every page size of a period of the padding), and any
-difference is breaking. What only changes how new bytes are chosen (a scale rule, its floors,
-exponent range, rounding or NaN handling) is compatible: old caches still read the same. So are new
-specs and new ops; a removed spec or op, or a compat function removed, breaks its callers. The
-revision's specs are read from the spec folders its own config names (the working tree's config
-file as the revision has it; a symlink along a folder's path followed in the revision's tree, not in
-today's), so specs moved to another folder are compared, not taken for new ones;
-where the revision has no such config, from the working tree's folders (layouts of a folder the
-revision lacks then count as added).
+difference is breaking; so is a change in what callers pass by position (the Cache's fields, an op's
+parameters, call-time scales among them) or a heads/values default dropped. What only changes how
+new bytes are chosen (a scale rule, its floors, exponent range, rounding or NaN handling) is
+compatible: old caches still read the same. So are new specs and new ops; a removed spec or op, or a
+compat function removed, breaks its callers. The revision's specs are read from the spec folders its
+own config names (the working tree's config file as the revision has it; a symlink along a folder's
+path followed in the revision's tree, not in today's), so specs moved to another folder are
+compared, not taken for new ones; where the revision has no such config, from the working tree's
+folders (layouts of a folder the revision lacks then count as added).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import config, explain, pipeline
+from . import config, explain, model, pipeline
 from .errors import Mark
 from .formats import fp32_value
 from .model import HEADS, PAGE_SIZE, VALUES
@@ -214,6 +215,7 @@ def compare_layout(old, new) -> list:
     for op in new.ops:
         if op not in old.ops:
             changes.append(Change(spec, False, f"op {op} added"))
+    changes += _call_changes(old, new)
     if old.page_size_multiple % new.page_size_multiple:
         changes.append(Change(spec, True, f"page sizes: a multiple of {old.page_size_multiple} -> of "
                                           f"{new.page_size_multiple} (some pages the old layout took are refused)"))
@@ -237,6 +239,8 @@ def compare_layout(old, new) -> list:
                 continue
             seen.add(key)
             encode_only = key.startswith("scale group ") and key.split(": ")[1] in ENCODE_ONLY
+            if encode_only and (key not in a or key not in b):
+                continue                 # a group added or removed: its stored facts say so, as breaking
             if key not in a:
                 what = f"{key}: added {_show(b[key])}"
             elif key not in b:
@@ -248,8 +252,29 @@ def compare_layout(old, new) -> list:
     if compared and old.page_align * new.page_align > 1:
         changes += _padding_changes(old, new, seen)
     if not compared:
-        changes.append(Change(spec, True, "no sizes that both layouts accept (e.g. the value counts they allow "
-                                          "differ): no cache of one is a cache of the other"))
+        changes.append(Change(spec, True, "no sizes that both layouts accept (e.g. the head or value counts they "
+                                          "allow differ): no cache of one is a cache of the other"))
+    return changes
+
+
+def _call_changes(old, new) -> list:
+    """What callers pass by position: the Cache's fields in order (a plain tuple, the torch operators),
+    each kept op's parameters in order (call-time scales among them), and alloc_cache/cache_shapes'
+    heads and values defaults. Reordered, renamed or newly required, they break callers: a scale
+    or a buffer passed by position would be read as another of the same shape."""
+    spec, changes = new.spec_path, []
+    was, now = [f for f, _, _ in old.cache_fields], [f for f, _, _ in new.cache_fields]
+    if was != now:
+        changes.append(Change(spec, True, f"Cache fields ({', '.join(was)}) -> ({', '.join(now)}) (a cache passed "
+                                          "as a plain tuple or to the torch operators is read by position)"))
+    for op in (op for op in old.ops if op in new.ops):
+        was, now = model.op_params(old, op), model.op_params(new, op)
+        if was != now:
+            changes.append(Change(spec, True, f"{op}: parameters ({', '.join(was)}) -> ({', '.join(now)})"))
+    for dim, a, b in (("heads", old.heads, new.heads), ("values", old.values, new.values)):
+        if a.is_const and not b.is_const:
+            changes.append(Change(spec, True, f"alloc_cache, cache_shapes: {dim} has no default any more (was "
+                                              f"{a.const_value()}; callers that leave it out break)"))
     return changes
 
 

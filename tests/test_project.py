@@ -376,6 +376,73 @@ def test_diff_classifies_breaking_and_compatible_changes(tmp_path):
     assert kv("diff", "--against", "no-such-rev", cwd=root).returncode == 4
 
 
+GIVEN_TWO = """kvlayout: 1
+name: given_two
+summary: Two call-time scales, one per segment.
+planes: [k, v]
+heads: 2
+record:
+  - {name: x, values: 32, dtype: fp8_e4m3fn, scale: s}
+  - {name: y, values: 32, dtype: fp8_e5m2, scale: t}
+scales:
+  s: {format: fp32, rule: given, group: tensor}
+  t: {format: fp32, rule: given, group: tensor}
+buffers:
+  cache: [{holds: records, order: [slot, head]}]
+ops: [gather_dequant, quantize_store]
+"""
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+def test_diff_finds_what_callers_pass_by_position(tmp_path):
+    """Two call-time scales or two buffers swapped place no byte elsewhere, but a caller passing them
+    by position (the torch operators do) reads one as the other; a fixed head count made free takes
+    alloc_cache's default away. All breaking; a removed group's quantizer-only facts are not listed
+    as compatible beside its removal."""
+    root = _git_project(tmp_path)
+    spec = root / "specs" / "given_two.yaml"
+    spec.write_text(GIVEN_TWO)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "given_two")
+    lines = GIVEN_TWO.splitlines(keepends=True)
+    s, t = (lines.index(f"  {g}: {{format: fp32, rule: given, group: tensor}}\n") for g in "st")
+    lines[s], lines[t] = lines[t], lines[s]
+    spec.write_text("".join(lines))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1, proc.stdout
+    assert ("specs/given_two.yaml: breaking: gather_dequant: parameters (cache, token_ids, page_size, k_s, k_t, v_s, "
+            "v_t, out) -> (cache, token_ids, page_size, k_t, k_s, v_t, v_s, out)") in proc.stdout, proc.stdout
+    assert "breaking: quantize_store: parameters (k, v, loc, cache, page_size, k_s, k_t" in proc.stdout
+    spec.write_text(GIVEN_TWO)
+    mx = root / "specs" / "mxfp8_kv.yaml"             # the buffers' order is the Cache tuple's
+    good = mx.read_text()
+    records, scales = good.index("  cache:"), good.index("  sf:")
+    end = good.index("ops:")
+    mx.write_text(good[:records] + good[scales:end] + good[records:scales] + good[end:])
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and ("specs/mxfp8_kv.yaml: breaking: Cache fields (k_cache, k_sf, v_cache, v_sf) -> "
+                                     "(k_sf, k_cache, v_sf, v_cache)") in proc.stdout, proc.stdout
+    mx.write_text(good)
+    mla = root / "specs" / "ds32_mla.yaml"
+    mla.write_text(edit(mla.read_text(), "heads: 1", "heads: any"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and ("specs/ds32_mla.yaml: breaking: alloc_cache, cache_shapes: heads has no default "
+                                     "any more (was 1") in proc.stdout, proc.stdout
+    git(root, "checkout", "-q", "--", "specs")
+    kv_spec = root / "specs" / "zoo_two_rules.yaml"
+    shutil.copy(ROOT / "tests" / "specs" / "zoo_two_rules.yaml", kv_spec)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "two rules")
+    text = kv_spec.read_text()
+    for line in ("  b: {format: ue8m0, rule: nearest, exponent_range: [-60, 60], group: {values: 16}, pad_to: 6, "
+                 "ue8m0_ff: nan}\n", "    - {holds: b, order: [slot % 8, head, slot // 8, scale]}\n"):
+        text = edit(text, line, "")
+    kv_spec.write_text(edit(text, "values: 64, dtype: fp8_e5m2, scale: b}", "values: 64, dtype: fp16}"))   # b: raw
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 1 and "breaking: scale group b: format: removed (was ue8m0)" in proc.stdout, proc.stdout
+    assert "compatible" not in proc.stdout, proc.stdout
+
+
 @pytest.mark.skipif(GIT is None, reason="needs git")
 def test_diff_finds_every_moved_region_and_a_stricter_page_size(tmp_path):
     """For every shipped layout: reversing a buffer's regions (where it has two) moves bytes, and a
