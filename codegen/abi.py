@@ -178,7 +178,10 @@ def facts(layout, sizes: dict) -> dict:
         out[f"buffer {b['name']}: page bytes"] = b["page_bytes"]
         out[f"buffer {b['name']}: allocation"] = [b["shape"], b["dtype"]]
         for r in b["regions"]:
-            out[f"buffer {b['name']}: {r['holds']} region"] = {k: v for k, v in r.items() if k != "holds"}
+            region = {k: v for k, v in r.items() if k != "holds"}
+            # a dim of one entry places no byte by its stride (a fixed heads: 1 in any order)
+            region["strides"] = {d: n for d, n in r["strides"].items() if r["dims"].get(d) != 1}
+            out[f"buffer {b['name']}: {r['holds']} region"] = region
     return _flat(out)
 
 

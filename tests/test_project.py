@@ -398,7 +398,7 @@ def test_diff_finds_what_callers_pass_by_position(tmp_path):
     """Two call-time scales or two buffers swapped place no byte elsewhere, but a caller passing them
     by position (the torch operators do) reads one as the other; a fixed head count made free takes
     alloc_cache's default away. All breaking; a removed group's quantizer-only facts are not listed
-    as compatible beside its removal."""
+    as compatible beside its removal. The stride of a dim of one entry (heads: 1) is no change."""
     root = _git_project(tmp_path)
     spec = root / "specs" / "given_two.yaml"
     spec.write_text(GIVEN_TWO)
@@ -423,6 +423,10 @@ def test_diff_finds_what_callers_pass_by_position(tmp_path):
     assert proc.returncode == 1 and ("specs/mxfp8_kv.yaml: breaking: Cache fields (k_cache, k_sf, v_cache, v_sf) -> "
                                      "(k_sf, k_cache, v_sf, v_cache)") in proc.stdout, proc.stdout
     mx.write_text(good)
+    dsv4 = root / "specs" / "dsv4_k.yaml"           # heads: 1, so the head stride places no byte
+    dsv4.write_text(edit(dsv4.read_text(), "order: [slot, head, scale]", "order: [head, slot, scale]"))
+    proc = kv("diff", "--against", "HEAD", cwd=root)
+    assert proc.returncode == 0 and "dsv4_k" not in proc.stdout, proc.stdout
     mla = root / "specs" / "ds32_mla.yaml"
     mla.write_text(edit(mla.read_text(), "heads: 1", "heads: any"))
     proc = kv("diff", "--against", "HEAD", cwd=root)
