@@ -352,12 +352,31 @@ def compare_compat(old, new) -> list:
             elif before_ok != after_ok:
                 changes.append(Change(spec, False, f"function {name}: {p} takes "
                                       f"{list(after_ok) if after_ok is not None else 'any value'} (was {list(before_ok)})"))
+        changes += _case_changes(spec, name, a, b)
         if a.raw_cache != b.raw_cache:
             changes.append(Change(spec, a.raw_cache, f"function {name}: "
                                   + ("flat and token-major cache tensors refused (raw_cache dropped)" if a.raw_cache
                                      else "flat and token-major cache tensors taken (raw_cache)")))
         if a.args != b.args:
             changes.append(Change(spec, True, f"function {name}: the op's arguments {dict(a.args)} -> {dict(b.args)}"))
+    return changes
+
+
+def _case_changes(spec: str, name: str, a, b) -> list:
+    """A value both functions take (require:) that now reaches another layout's op (cases:) breaks
+    callers: their caches get another scale rule or placement."""
+    def target(f, param, value):
+        allowed = dict(f.require).get(param)
+        if allowed is not None and value not in allowed:
+            return None                      # refused: require:'s change says so
+        return next((case.layout for p, values, case in f.cases if p == param and value in values), f.layout)
+    changes = []
+    matched = dict.fromkeys((p, v) for f in (a, b) for p, values, _ in f.cases for v in values)
+    for param, value in matched:
+        was, now = target(a, param, value), target(b, param, value)
+        if was is not None and now is not None and was != now:
+            changes.append(Change(spec, True, f"function {name}: where {param} is {value!r}, calls {was}.{a.op} -> "
+                                              f"{now}.{b.op}"))
     return changes
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import builtins
 import functools
 import hashlib
@@ -1142,17 +1143,78 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                                 f"argument of {op} is taken from it, nor is it required or a trim's counter",
                                 f"pass it on under args: (to one of {op}'s parameters: {', '.join(wanted)}), give "
                                 "it a require:, or, if the seed ignores it too, list it under unused:")
-        functions.append(CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
-                                        op=op, args=tuple(rendered), returns=f["returns"],
-                                        require=tuple((p, tuple(v)) for p, v in require.items()),
-                                        trim=tuple(trim.items()),
-                                        derived=tuple(derived), renames=tuple(renames), raw_cache=f["raw_cache"],
-                                        page_size_from=(size_from.group(1), args["page_size"]) if size_from else None))
-        if layout_name not in used_layouts:
-            used_layouts.append(layout_name)
+        function = CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
+                                  op=op, args=tuple(rendered), returns=f["returns"],
+                                  require=tuple((p, tuple(v)) for p, v in require.items()),
+                                  trim=tuple(trim.items()),
+                                  derived=tuple(derived), renames=tuple(renames), raw_cache=f["raw_cache"],
+                                  page_size_from=(size_from.group(1), args["page_size"]) if size_from else None)
+        cases = _compat_cases(f, where, function, layouts, param_names)
+        functions.append(dataclasses.replace(function, cases=cases))
+        for name in (layout_name, *(case.layout for _, _, case in cases)):
+            if name not in used_layouts:
+                used_layouts.append(name)
     return Compat(name=tree["compat"], summary=tree["summary"], seed=tree["seed"], spec_path=display,
                   spec_sha256=digest, layouts=tuple(sorted(used_layouts)), types=types, functions=tuple(functions),
                   constants=tuple(constants.items()))
+
+
+def _compat_cases(f, where: str, function: CompatFunction, layouts: dict, param_names: list) -> tuple:
+    """A function's cases: ((parameter, values, the function calling the case's layout), ...). Each
+    case's layout must take the call as written: its op with the same parameters, its Cache with the
+    same fields, and a value a case matches must be one require: lets through."""
+    out, taken = [], {}
+    layout = layouts[function.layout]
+    base = function.op[:-4] if function.op.endswith("_ref") else function.op
+    for i, case in enumerate(f["cases"]):
+        at = f"{where}.cases[{i}]"
+        when = case["when"]
+        if len(when) != 1:
+            raise SpecError(case.value_mark("when"), f"{at}.when: one parameter per case, got {', '.join(when)}",
+                            "split it into one case per parameter")
+        (param, values), = when.items()
+        if param not in param_names:
+            raise SpecError(when.key_mark(param), f"{at}.when: {param!r} is not a parameter of this function",
+                            f"parameters: {', '.join(param_names)}")
+        allowed = dict(function.require).get(param)
+        for value in values:
+            if allowed is not None and value not in allowed:
+                raise SpecError(when.value_mark(param), f"{at}.when.{param}: {value!r} is refused by require: "
+                                "before any case is tried", f"add it to require.{param} or remove it here")
+            if (param, repr(value)) in taken:
+                raise SpecError(when.value_mark(param), f"{at}.when.{param}: {value!r} is also matched by "
+                                f"cases[{taken[param, repr(value)]}], which is tried first", "match each value once")
+            taken[param, repr(value)] = i
+        other = layouts.get(case["layout"])
+        if other is None:
+            raise SpecError(case.value_mark("layout"), f"{at}.layout: no layout named {case['layout']!r}",
+                            f"known layouts: {', '.join(sorted(layouts))}")
+        if other.name == layout.name:
+            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name!r} is call:'s own layout",
+                            "name another layout, or remove the case")
+        if base not in other.ops:
+            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name!r} does not generate {base!r}",
+                            f"it generates {', '.join(other.ops)}")
+        if op_params(other, function.op) != op_params(layout, function.op):
+            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}.{base} takes "
+                            f"({', '.join(op_params(other, function.op))}), not call:'s "
+                            f"({', '.join(op_params(layout, function.op))})",
+                            "name a layout whose op takes the same arguments")
+        fields = [n for n, _, _ in layout.cache_fields]
+        if "cache" in dict(function.args) and [n for n, _, _ in other.cache_fields] != fields:
+            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}'s Cache has the fields "
+                            f"({', '.join(n for n, _, _ in other.cache_fields)}), not ({', '.join(fields)})",
+                            "name a layout whose cache has the same buffers")
+        out.append((param, tuple(values), _called_on(function, other.name)))
+    return tuple(out)
+
+
+def _called_on(function: CompatFunction, other: str) -> CompatFunction:
+    """The function calling the same op of layout `other`: its Cache and allocator names are other's."""
+    def moved(src: str) -> str:
+        return re.sub(rf"^{function.layout}\.", f"{other}.", src)
+    return dataclasses.replace(function, layout=other, args=tuple((k, moved(v)) for k, v in function.args),
+                               renames=tuple((k, moved(v)) for k, v in function.renames))
 
 
 def _arg_root(src: str) -> str | None:

@@ -202,6 +202,17 @@ LAYOUT = Obj(title="a layout spec", fields={
 PARAM = r"[a-z_][a-z0-9_]*(=(None|-?[0-9]+|torch\.[a-z0-9_]+))?"
 ARG = r"None|[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*|\.shape\[-?[0-9]+\])?"
 
+# The values a compat parameter may be required to take, or be matched against.
+REQUIRED_VALUES = ListOf(OneOf((Int(), Str(pattern=r"[A-Za-z0-9_.+-]*", what="a plain string (letters, digits, _ . + -)"),
+                                Null())), min_items=1)
+
+COMPAT_CASE = Obj(title="a compat case", fields={
+    "when": Field(MapOf(REQUIRED_VALUES, key_pattern=r"[a-z_][a-z0-9_]*", min_items=1),
+                  "{parameter: values}: the case is taken where the parameter has one of the values (as require: "
+                  "compares them); one parameter"),
+    "layout": Field(Str(pattern=IDENT, what="a layout name"), "the layout whose op (call:'s op) is called in this case"),
+})
+
 COMPAT_FUNCTION = Obj(title="a compat function", fields={
     "name": Field(Str(pattern=r"[a-z_][a-z0-9_]*", what="a Python name"), "the seed's function name"),
     "doc": Field(Str(), "docstring of the generated function"),
@@ -215,11 +226,13 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
                   "buffer field to parameter"),
     "returns": Field(OneOf((Str(pattern=r"[A-Z][A-Za-z0-9]*", what="a type name"), Null())),
                      "wrap the result in this named tuple type (declared under 'types')", None),
-    "require": Field(MapOf(ListOf(OneOf((Int(), Str(pattern=r"[A-Za-z0-9_.+-]*", what="a plain string (letters, digits, "
-                                                                      "_ . + -)"), Null())), min_items=1),
-                           key_pattern=r"[a-z_][a-z0-9_]*"),
+    "require": Field(MapOf(REQUIRED_VALUES, key_pattern=r"[a-z_][a-z0-9_]*"),
                      "the values a parameter may take (e.g. the seed's format strings this layout implements): any "
                      "other raises ValueError naming the parameter before anything runs", {}),
+    "cases": Field(ListOf(COMPAT_CASE),
+                   "where a parameter takes one of some values, the same op of another layout is called instead, with "
+                   "the same args (its op must take the same parameters and its Cache the same fields): e.g. a seed "
+                   "whose format string picks another scale rule; the first case that matches is taken, else call:", []),
     "trim": Field(MapOf(Str(pattern=r"[a-z_][a-z0-9_]*", what="a parameter name"), key_pattern=r"[a-z_][a-z0-9_]*"),
                   "{tensor parameter: the parameter whose length counts the seed's tokens}: rows of the first past the "
                   "second's length are dropped before the call, as the seed never reads them (vLLM takes num_tokens "

@@ -900,6 +900,8 @@ class CompatFunction:
     raw_cache: bool = False       # the cache is passed as the layout's RawCache (seed-shaped buffers)
     # (tensor parameter, expression) where page_size is read off a tensor's shape (v_cache.shape[1])
     page_size_from: tuple | None = None
+    # (parameter, values, CompatFunction calling another layout's op) tried in order before `layout`
+    cases: tuple = ()
 
     @property
     def call_args(self) -> tuple:
@@ -942,7 +944,7 @@ class Compat:
         """The optional compat_host helpers the functions call (render.RUNTIME_OPTIONAL)."""
         return frozenset(({"read_page_size"} if any(f.page_size_from for f in self.functions) else set())
                          | ({"trim"} if any(f.trim for f in self.functions) else set())
-                         | ({"require"} if any(f.require for f in self.functions) else set()))
+                         | ({"require"} if any(f.require or f.cases for f in self.functions) else set()))
 
 
 # Annotations and defaults of the ops' parameters (a call-time tensor otherwise), and their results.

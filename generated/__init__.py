@@ -2,6 +2,7 @@
 """kvlayout generated modules, one per layout spec.
 
   ds32_indexer
+  ds32_indexer_ue8m0
   ds32_mla
   ds41_mla
   dsv4_k

@@ -392,8 +392,9 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
     pages = {}
     for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
-        if not t.is_contiguous():
-            raise ValueError(f"cache.{field}: must be contiguous")
+        if not t.is_contiguous():        # (pages back to back: a view of every other page, or of some heads, is not)
+            raise ValueError(f"cache.{field}: must be contiguous, got shape {tuple(t.shape)} with strides "
+                             f"{tuple(t.stride())}")
         nbytes = t.numel() * t.element_size()
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may

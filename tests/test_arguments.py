@@ -663,7 +663,7 @@ def test_views_of_tensors_sharing_a_first_byte_get_no_plan():
 
 def test_vllm_indexer_compat_writes_the_layouts_bytes_and_refuses_other_formats():
     """vLLM's indexer_k_quant_and_cache on its own cache shape (num_blocks, block_size, 132) writes
-    ds32_indexer's bytes; a quant_block_size or scale_fmt the layout does not implement raises
+    ds32_indexer's bytes; a quant_block_size or scale_fmt the layouts do not implement raises
     ValueError naming it before anything is written."""
     compat = pytest.importorskip("generated.compat.vllm_ds32")
     from generated import ds32_indexer as m
@@ -679,7 +679,7 @@ def test_vllm_indexer_compat_writes_the_layouts_bytes_and_refuses_other_formats(
     m.quantize_store_ref(k, slots, want, block_size)
     assert torch.equal(kv_cache.view(blocks, -1), want.k_cache)
     before = kv_cache.clone()
-    for args, name in (((64, ""), "quant_block_size"), ((128, "ue8m0"), "scale_fmt"), ((128.0, ""), "quant_block_size"),
+    for args, name in (((64, ""), "quant_block_size"), ((128, "fp8"), "scale_fmt"), ((128.0, ""), "quant_block_size"),
                        ((True, ""), "quant_block_size"), ((np.array([128]), ""), "quant_block_size"),
                        ((np.array(128), ""), "quant_block_size"), ((128, np.array(["", ""])), "scale_fmt"),
                        ((128, b""), "scale_fmt")):
@@ -1036,6 +1036,20 @@ def test_compat_functions_name_their_own_parameters():
     inside = vc.k_cache.view(torch.uint8).view(-1)[:rows.numel() * 4].view(torch.float32).view(rows.shape)
     raises(r"^key_cache: overlaps key in memory", flash.reshape_and_cache_flash, inside, rows, vc.k_cache, vc.v_cache,
            slots, "fp8", *scales)
+
+
+def test_strided_cache_views_are_refused_with_their_strides():
+    """vLLM's FlashInfer backend passes kv_cache[:, 0] and kv_cache[:, 1] of a (num_blocks, 2, ...)
+    tensor: every other page of its storage, which no layout op addresses. The ValueError names the
+    caller's tensor and shows its strides; nothing is written."""
+    flash = pytest.importorskip("generated.compat.vllm_flash")
+    kv = torch.zeros(4, 2, 16, 2, 64, dtype=torch.uint8, device=DEVICE)
+    key = scaled_normal((3, 2, 64), generator(47)).to(DEVICE)
+    scale = torch.ones(1, device=DEVICE)
+    raises(r"^key_cache: must be contiguous, got shape \(4, 16, 2, 64\) with strides \(4096, 128, 64, 1\)$",
+           flash.reshape_and_cache_flash, key, key, kv[:, 0], kv[:, 1], torch.tensor([0, 5, 9], device=DEVICE),
+           "fp8", scale, scale)
+    assert not kv.any()
 
 
 def test_vllm_compat_writers_count_tokens_as_vllm_does():

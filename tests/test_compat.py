@@ -137,3 +137,33 @@ def test_vllm_ds32_writer_is_ds32_indexer():
     mod.indexer_k_quant_and_cache(k, got.k_cache.view(2, page, 132), loc, 128, None)
     ds.quantize_store(k, loc[:tokens], want, page)
     assert_same_cache(ds, got, want, "indexer_k_quant_and_cache vs ds32_indexer.quantize_store")
+
+
+@pytest.mark.parametrize("scale_fmt", ["ue8m0", "", None])
+def test_vllm_ds32_scale_fmt_picks_the_scale_rule(scale_fmt):
+    """scale_fmt "ue8m0" (DeepSeek-V3.2's) stores vLLM's power-of-two scales, 2^ceil(log2(max(amax,
+    1e-4) / 448)), through ds32_indexer_ue8m0 on the same pages; "" and None, the fp32 quotient: on
+    the finite rows, the rule restated in float64 (bf16 keys: no quotient lies within a rounding of
+    a power of two); on every row, the layout's reference."""
+    mod = compat("vllm_ds32")
+    gen = generator(55)
+    page, tokens = 16, 40
+    k = rows(tokens, 128, gen).to(torch.bfloat16).to(DEVICE)
+    k[12:14] = 0                                  # amax floored at 1e-4
+    k[14, 7] = 448 * 2.0 ** -3                    # amax / 448 a power of two: both rules store it
+    loc = torch.randperm(3 * page, generator=gen)[:tokens].to(DEVICE)
+    cache = torch.full((3, page, 132), 0xA5, dtype=torch.uint8, device=DEVICE)
+    mod.indexer_k_quant_and_cache(k, cache, loc, 128, scale_fmt)
+    flat = cache.view(3, -1)
+    page_of, slot = loc // page, loc % page
+    scales = torch.stack([flat[p, page * 128 + 4 * s:page * 128 + 4 * s + 4] for p, s in zip(page_of.tolist(), slot.tolist())])
+    got = scales.contiguous().view(torch.float32).view(-1).double().cpu()
+    quotient = k.double().abs().amax(-1).clamp(min=1e-4).cpu() / 448
+    want = torch.exp2(torch.ceil(torch.log2(quotient))) if scale_fmt == "ue8m0" else quotient.float().double()
+    finite = k.isfinite().all(-1).cpu()
+    assert finite.sum() > 20 and torch.equal(got[finite], want[finite]), (scale_fmt, (got != want).nonzero()[:5])
+    layout_name = "ds32_indexer_ue8m0" if scale_fmt == "ue8m0" else "ds32_indexer"
+    ds = layout(layout_name)
+    want_cache = ds.Cache(k_cache=torch.full((3, page * 132), 0xA5, dtype=torch.uint8, device=DEVICE))
+    ds.quantize_store_ref(k, loc, want_cache, page)
+    assert torch.equal(flat, want_cache.k_cache), f"indexer_k_quant_and_cache({scale_fmt!r}) vs {layout_name}"

@@ -273,7 +273,7 @@ def test_ds32_indexer_differs_from_sglangs_act_quant_by_its_rounded_reciprocal()
     """sglang's index K buffer has vLLM's page layout (ds32_indexer), but its act_quant multiplies by
     a rounded 1 / 448: without a scale_fmt its fp32 scale is one ulp off the spec's amax / 448 in some
     finite rows, and codes differ only in those; with DeepSeek-V3.2's scale_fmt "ue8m0" it is the
-    power of two of zoo_indexer_ue8m0 (vLLM's ue8m0 format), equal on every finite row."""
+    power of two of ds32_indexer_ue8m0 (vLLM's ue8m0 format), equal on every finite row."""
     x = peer_rows(128, 34)
     finite = x.float().isfinite().all(-1)
     ours, theirs = ds32_quantized(x), sglang_act_quant(x, round_scale=False)
@@ -282,7 +282,7 @@ def test_ds32_indexer_differs_from_sglangs_act_quant_by_its_rounded_reciprocal()
     assert scales[finite].any() and bool((ulps[finite & scales] == 1).all())
     assert not codes[finite & ~scales].any()
 
-    data, scale = module("zoo_indexer_ue8m0").quantize_ref(x)
+    data, scale = module("ds32_indexer_ue8m0").quantize_ref(x)
     codes, scales = _indexer_mismatches((data.view(torch.uint8), scale[:, 0]), sglang_act_quant(x, round_scale=True))
     assert not codes[finite].any() and not scales[finite].any()
 

@@ -573,11 +573,17 @@ def test_diff_of_compat_calls(tmp_path):
     dsv4.write_text(good)
     vllm = root / "specs" / "compat" / "vllm_ds32.yaml"
     good = vllm.read_text()
-    for old, new, breaking in (('scale_fmt: ["", null]', 'scale_fmt: [""]', True),
-                               ('scale_fmt: ["", null]', 'scale_fmt: ["", null, fp32]', False)):
+    for old, new, breaking, words in (
+            ('scale_fmt: ["", null, ue8m0]', 'scale_fmt: ["", ue8m0]', True, "scale_fmt now takes only"),
+            ('scale_fmt: ["", null, ue8m0]', 'scale_fmt: ["", null, ue8m0, fp32]', False, "scale_fmt takes"),
+            # a value the function took now reaches another layout: another scale rule in callers' caches
+            ("when: {scale_fmt: [ue8m0]}", "when: {scale_fmt: [ue8m0, '']}", True,
+             "where scale_fmt is '', calls ds32_indexer.quantize_store -> ds32_indexer_ue8m0.quantize_store"),
+            ("    cases:\n      - {when: {scale_fmt: [ue8m0]}, layout: ds32_indexer_ue8m0}\n", "", True,
+             "where scale_fmt is 'ue8m0', calls ds32_indexer_ue8m0.quantize_store -> ds32_indexer.quantize_store")):
         vllm.write_text(edit(good, old, new))
         proc = kv("diff", "--against", "HEAD", cwd=root)
-        assert proc.returncode == int(breaking) and "function indexer_k_quant_and_cache: scale_fmt" in proc.stdout, proc.stdout
+        assert proc.returncode == int(breaking) and f"function indexer_k_quant_and_cache: {words}" in proc.stdout, proc.stdout
     vllm.write_text(good)
 
 

@@ -496,6 +496,50 @@ def test_compat_specs_that_would_break_later_are_rejected(tmp_path, text, words)
         assert w in rendered, (w, rendered)
 
 
+DS32_COMPAT = (ROOT / "specs" / "compat" / "vllm_ds32.yaml").read_text()
+CASE = "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_indexer_ue8m0}\n"
+CASES_BAD = [
+    # (what, the case line, words of the error)
+    ("two parameters", "      - {when: {scale_fmt: [ue8m0], quant_block_size: [128]}, layout: ds32_indexer_ue8m0}\n",
+     ["functions[0].cases[0].when", "one parameter per case"]),
+    ("no such parameter", "      - {when: {fmt: [ue8m0]}, layout: ds32_indexer_ue8m0}\n",
+     ["functions[0].cases[0].when", "'fmt' is not a parameter"]),
+    ("a value require: refuses", "      - {when: {scale_fmt: [fp8]}, layout: ds32_indexer_ue8m0}\n",
+     ["functions[0].cases[0].when.scale_fmt", "'fp8' is refused by require:", "add it to require.scale_fmt"]),
+    ("a value matched twice", CASE + "      - {when: {scale_fmt: ['', ue8m0]}, layout: ds32_indexer_ue8m0}\n",
+     ["functions[0].cases[1].when.scale_fmt", "'ue8m0' is also matched by cases[0]"]),
+    ("no such layout", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_indexer_e8}\n",
+     ["functions[0].cases[0].layout", "no layout named 'ds32_indexer_e8'"]),
+    ("call:'s own layout", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_indexer}\n",
+     ["functions[0].cases[0].layout", "'ds32_indexer' is call:'s own layout"]),
+    ("an op of other parameters", "      - {when: {scale_fmt: [ue8m0]}, layout: vllm_fp8}\n",
+     ["functions[0].cases[0].layout", "vllm_fp8.quantize_store takes (k, v, loc, cache, page_size, k_scale, v_scale)"]),
+    ("a cache of other fields", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_pool}\n",
+     ["functions[0].cases[0].layout", "ds32_pool's Cache has the fields (k_pool), not (k_cache)"]),
+]
+
+
+@pytest.mark.parametrize("line,words", [c[1:] for c in CASES_BAD], ids=[c[0] for c in CASES_BAD])
+def test_a_compat_case_must_take_the_call_as_written(tmp_path, line, words):
+    """A case's layout is called with the function's args: an op of other parameters or a Cache of
+    other fields is refused at lint, as are values the case can never see or sees twice."""
+    from codegen import pipeline
+    (tmp_path / "specs" / "compat").mkdir(parents=True)
+    for name in ("ds32_indexer", "ds32_indexer_ue8m0", "vllm_fp8"):
+        (tmp_path / "specs" / f"{name}.yaml").write_text(SHIPPED[name])
+    (tmp_path / "specs" / "ds32_pool.yaml").write_text(     # ds32_indexer's op, its buffer named pool
+        edit(edit(SHIPPED["ds32_indexer"], "name: ds32_indexer\n", "name: ds32_pool\n"), "  cache:", "  pool:"))
+    assert CASE in DS32_COMPAT
+    (tmp_path / "specs" / "compat" / "vllm_ds32.yaml").write_text(edit(DS32_COMPAT, CASE, line))
+    with pytest.raises(pipeline.SpecErrors) as err:
+        pipeline.build_all(tmp_path)
+    (only,) = err.value.errors
+    rendered = only.render()
+    assert re.match(r"specs/compat/vllm_ds32\.yaml:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
+    for w in words:
+        assert w in rendered, (w, rendered)
+
+
 MEMORY_PROBE = """
 import resource, sys, time
 sys.path.insert(0, sys.argv[1])
