@@ -75,23 +75,27 @@ class ElementFormat:
 
     @property
     def encode_args(self) -> tuple:
-        """The constexpr arguments of runtime/codes.py's _encode_fp8 for this format, as source (none
-        for formats with an encoder of their own)."""
+        """The constexpr arguments of runtime/codes.py's _encode_fp8 for this format, as keyword source
+        (none for formats with an encoder of their own)."""
         if self.encoder != "_encode_fp8":
             return ()
         k = self.integer_encoding
-        return (f"tl.{self.triton_dtype}", str(not self.emulated), repr(self.fmax), _hex(k.rebase_bits),
-                str(k.dropped_bits), _hex(k.below_half), _hex(k.min_normal_bits), repr(k.step_magic),
-                repr(k.steps_per_unit), _hex(self.nan_code), str(k.negative_zero))
+        return (f"DTYPE=tl.{self.triton_dtype}", f"NATIVE={not self.emulated}", f"FMAX={self.fmax!r}",
+                f"REBASE_BITS={_hex(k.rebase_bits)}", f"DROPPED_BITS={k.dropped_bits}",
+                f"BELOW_HALF={_hex(k.below_half)}", f"MIN_NORMAL_BITS={_hex(k.min_normal_bits)}",
+                f"STEP_MAGIC={k.step_magic!r}", f"STEPS_PER_UNIT={k.steps_per_unit!r}",
+                f"NAN_CODE={_hex(self.nan_code)}", f"NEGATIVE_ZERO={k.negative_zero}")
 
     @property
     def decode_args(self) -> tuple:
-        """The constexpr arguments of runtime/codes.py's _decode_fp8 for this format, as source."""
+        """The constexpr arguments of runtime/codes.py's _decode_fp8 for this format, as keyword source."""
         if self.decoder != "_decode_fp8":
             return ()
         k = self.integer_encoding
-        return (f"tl.{self.triton_dtype}", str(not self.emulated), repr(self.fmax), _hex(self.nan_code),
-                str(self.mantissa_bits), str(k.rebase_exponent), repr(k.subnormal_step), f'"{self.specials}"')
+        return (f"DTYPE=tl.{self.triton_dtype}", f"NATIVE={not self.emulated}", f"FMAX={self.fmax!r}",
+                f"NAN_CODE={_hex(self.nan_code)}", f"MANTISSA_BITS={self.mantissa_bits}",
+                f"REBASE_EXPONENT={k.rebase_exponent}", f"SUBNORMAL_STEP={k.subnormal_step!r}",
+                f'SPECIALS="{self.specials}"')
 
     @property
     def fmax_exponent(self) -> int:

@@ -45,7 +45,7 @@ HEADS = 1
 VALUES = 512
 PAGE_SIZE_MULTIPLE = 1
 _DENSE_HEADS = 1  # the head count quantize/dequantize compute their geometry at
-# quantize's (data, scale) dtypes
+# the dtypes of the record form (data, scale): quantize's outputs, dequantize's inputs
 _DENSE_DATA_DTYPE, _DENSE_SCALE_DTYPE = torch.float8_e4m3fn, torch.uint8
 SINK_SLOT = None
 SCALE_GROUP_TOKENS = 1  # slots that share one scale (1: each token has its own)
@@ -62,7 +62,7 @@ LAUNCH = {
 
 
 class Cache(NamedTuple):
-    """The cache tensors of this layout, one per plane and buffer (see alloc_cache for shapes)."""
+    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes)."""
 
     k_cache: torch.Tensor
 
@@ -94,7 +94,7 @@ _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
 _RECORD_FIELDS = (0,)
 # Each Cache field's byte alignment: its widest typed load or store (an fp32 scale 4, a raw bf16 value 2).
 _FIELD_ALIGN = (1,)
-# Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
+# Token-group scales a reader may load as words: (slots per block, the block and
 # dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
 _WORD_SCALES = None
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
@@ -162,10 +162,12 @@ def alloc_cache(num_pages: int, page_size: int, *, heads: int = HEADS, values: i
 # --- argument checks: every problem is a ValueError naming the argument, raised before launch ---
 
 def clear_plans() -> None:
-    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
-    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    """Forget every op's launch plans and launch shapes, so that later calls launch afresh: call it
+    after changing LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part
+    of its key)."""
     for plans in _PLANS.values():
         plans.clear()
+    _launch_shape.cache_clear()
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -1485,7 +1487,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
-    block, ...) reads them as words, `block` being the row's block in its page. GLOBAL: the
+    block, ...) reads them as words, `block` being the row's block in its page (None where WORD is
+    never above 0). GLOBAL: the
     values are then multiplied by the global scale g too (two-level scales: code * scale * g).
     """
     lane = _group_lanes(GROUP, LANES)
@@ -1652,13 +1655,16 @@ def _load_ue8m0(addr, mask, EVICTION: tl.constexpr, ZERO_IS_POW2: tl.constexpr, 
 @triton.jit
 def _encode_fp8_e4m3fn(q):
     """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
-    return _encode_fp8(q, tl.float8e4nv, True, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000, 16384.0, 512.0, 0x7F, True)
+    return _encode_fp8(q, DTYPE=tl.float8e4nv, NATIVE=True, FMAX=448.0, REBASE_BITS=0x3C000000, DROPPED_BITS=20,
+                       BELOW_HALF=0x7FFFF, MIN_NORMAL_BITS=0x3C800000, STEP_MAGIC=16384.0, STEPS_PER_UNIT=512.0,
+                       NAN_CODE=0x7F, NEGATIVE_ZERO=True)
 
 
 @triton.jit
 def _decode_fp8_e4m3fn(codes):
     """fp8_e4m3fn codes (uint8) -> fp32, exactly (NaN codes give the canonical NaN)."""
-    return _decode_fp8(codes, tl.float8e4nv, True, 448.0, 0x7F, 3, 120, 0.001953125, "fn")
+    return _decode_fp8(codes, DTYPE=tl.float8e4nv, NATIVE=True, FMAX=448.0, NAN_CODE=0x7F, MANTISSA_BITS=3,
+                       REBASE_EXPONENT=120, SUBNORMAL_STEP=0.001953125, SPECIALS="fn")
 
 
 @triton.jit
@@ -1687,8 +1693,9 @@ def _quantize_kv(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row,
         SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """kv: values 0.. of each row -> fp8_e4m3fn at record byte 0, one ue8m0 scale per 32 (see _quantize_segment)."""
     _quantize_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, SC_STRIDE, TILES, CHUNK, SCALE_EVICTION,
-                      32, 0, 0, False, _kv_exponent,
-                      _encode_fp8_e4m3fn, _kv_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
+                      GROUP=32, VALUE_OFFSET=0, BYTE_OFFSET=0, EXACT=False,
+                      SCALE_OF=_kv_exponent, ENCODE=_encode_fp8_e4m3fn,
+                      STORE_SCALE=_kv_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
@@ -1697,9 +1704,10 @@ def _dequantize_kv(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, o
         SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """kv: fp8_e4m3fn at record byte 0 times its scale -> out values 0.. (see _dequantize_segment)."""
     _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, 0,
-                        SC_STRIDE, TILES, CHUNK, CANON_NAN, SCALE_EVICTION, 0,
-                        32, 0, 0, _decode_fp8_e4m3fn, _kv_load,
-                        _kv_load, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
+                        SC_STRIDE, TILES, CHUNK, CANON_NAN, SCALE_EVICTION, WORD=0,
+                        GROUP=32, VALUE_OFFSET=0, BYTE_OFFSET=0, DECODE=_decode_fp8_e4m3fn,
+                        LOAD_SCALE=_kv_load, LOAD_SCALE_WORDS=None,
+                        SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
@@ -1806,7 +1814,7 @@ def _quantize_store_kernel(
     token = _program_tokens(BLOCK_T)
     head = tl.program_id(1) % HEADS
     in_range = token < n_tokens
-    # Negative slots, slots past the cache are never written.
+    # Negative slots and slots past the cache are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
     x_row = _row_offset(token, head, k_stride_t, k_stride_h)
     records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
@@ -1823,10 +1831,10 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     """Quantize k and scatter them into `cache` at slots `loc` (one fused launch).
 
     k: (T, heads, values) or (T, heads * values) bf16/fp16/fp32, last dim contiguous.
-    loc: (T,) int32/int64 slot ids (page * page_size + slot in page). Negative slots, slots past
-        the cache are skipped. Slots must be
-        distinct: tokens sent to one slot race, and the slot may hold a mix of their bytes (a check
-        would need a host sync).
+    loc: (T,) int32/int64 slot ids (page * page_size + slot in page).
+        Skipped: negative slots and slots past the cache.
+        Slots must be distinct: tokens sent to one slot race, and the slot may hold a mix of their
+        bytes (a check would need a host sync).
     cache: a Cache of this layout; page_size: tokens per page.
     Fixed grid, no host sync: CUDA-graph capturable.
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
@@ -2108,8 +2116,9 @@ def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constex
 
 def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
     """Zero every byte of the pages `page_ids` in every cache tensor: records and scales. Call it when
-    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0, so a block's
-    exponents start over from the smallest, whichever slot a new sequence starts at).
+    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0: where slots
+    share a scale, a block's exponent starts over from the smallest, whichever slot a new sequence
+    starts at).
 
     page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
@@ -2178,9 +2187,10 @@ def register_torch_ops(namespace: str | None = None):
     Each operator takes the op's arguments with the Cache as its tensors, in Cache field order, e.g.
     for a cache of fields (k_cache, k_sf, v_cache, v_sf):
         quantize_store(k, v, loc, k_cache, k_sf, v_cache, v_sf, page_size, *, pdl=None) -> None
-    gather_dequant returns its outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one
-    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>;
-    registering the same namespace again returns it as well.
+    (a layout's call-time scales follow page_size, as in its ops). gather_dequant returns its
+    outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one out_<plane> argument per
+    plane where there are several). Returns torch.ops.<namespace>; registering the same namespace
+    again returns it as well.
     """
     namespace = f"kvlayout_{LAYOUT}" if namespace is None else namespace
     if not isinstance(namespace, str) or not namespace.isidentifier() or namespace.startswith("_"):
@@ -2691,7 +2701,7 @@ _CODE_DTYPES = {
 # The records' buffer within a plane, and each plane's Cache field of each buffer.
 _REF_RECORDS = 0
 _REF_PLANE_FIELDS = ((0,),)
-# dtypes of quantize's (data, scale).
+# dtypes of the record form (data, scale).
 _REF_DENSE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
 # Scale groups: the rule and the stored format.
 _REF_GROUPS = {

@@ -57,7 +57,7 @@ LAUNCH = {
 
 
 class Cache(NamedTuple):
-    """The cache tensors of this layout, one per plane and buffer (see alloc_cache for shapes)."""
+    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes)."""
 
     k_cache: torch.Tensor
 
@@ -89,7 +89,7 @@ _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
 _RECORD_FIELDS = (0,)
 # Each Cache field's byte alignment: its widest typed load or store (an fp32 scale 4, a raw bf16 value 2).
 _FIELD_ALIGN = (2,)
-# Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
+# Token-group scales a reader may load as words: (slots per block, the block and
 # dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
 _WORD_SCALES = None
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
@@ -157,10 +157,12 @@ def alloc_cache(num_pages: int, page_size: int, *, heads: int = HEADS, values: i
 # --- argument checks: every problem is a ValueError naming the argument, raised before launch ---
 
 def clear_plans() -> None:
-    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
-    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    """Forget every op's launch plans and launch shapes, so that later calls launch afresh: call it
+    after changing LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part
+    of its key)."""
     for plans in _PLANS.values():
         plans.clear()
+    _launch_shape.cache_clear()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -1627,8 +1629,9 @@ def _quantize_nope(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_ro
         SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """nope: values 0.. of each row -> fp4_e2m1 at record byte 0, one ue8m0 scale per 32 (see _quantize_packed_segment)."""
     _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, SC_STRIDE, TILES, CHUNK, SCALE_EVICTION,
-                      32, 0, 0, False, _nope_exponent,
-                      _encode_fp4_e2m1, _nope_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
+                      GROUP=32, VALUE_OFFSET=0, BYTE_OFFSET=0, EXACT=False,
+                      SCALE_OF=_nope_exponent, ENCODE=_encode_fp4_e2m1,
+                      STORE_SCALE=_nope_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
@@ -1637,8 +1640,9 @@ def _dequantize_nope(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row,
         SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """nope: fp4_e2m1 at record byte 0 times its scale -> out values 0.. (see _dequantize_packed_segment)."""
     _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, SC_STRIDE, TILES, CHUNK,
-                               CANON_NAN, SCALE_EVICTION, 32, 0, 0,
-                               _decode_fp4_e2m1, _nope_load, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
+                               CANON_NAN, SCALE_EVICTION, GROUP=32, VALUE_OFFSET=0,
+                               BYTE_OFFSET=0, DECODE=_decode_fp4_e2m1, LOAD_SCALE=_nope_load,
+                               SC_SPLIT=SC_SPLIT, SC_LO=SC_LO)
 
 
 @triton.jit
@@ -1761,7 +1765,7 @@ def _quantize_store_kernel(
     token = _program_tokens(BLOCK_T)
     head = tl.program_id(1) % HEADS
     in_range = token < n_tokens
-    # Negative slots, slots past the cache are never written.
+    # Negative slots and slots past the cache are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
     x_row = _row_offset(token, head, k_stride_t, k_stride_h)
     records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
@@ -1780,10 +1784,10 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     """Quantize k and scatter them into `cache` at slots `loc` (one fused launch).
 
     k: (T, heads, values) or (T, heads * values) bf16/fp16/fp32, last dim contiguous.
-    loc: (T,) int32/int64 slot ids (page * page_size + slot in page). Negative slots, slots past
-        the cache are skipped. Slots must be
-        distinct: tokens sent to one slot race, and the slot may hold a mix of their bytes (a check
-        would need a host sync).
+    loc: (T,) int32/int64 slot ids (page * page_size + slot in page).
+        Skipped: negative slots and slots past the cache.
+        Slots must be distinct: tokens sent to one slot race, and the slot may hold a mix of their
+        bytes (a check would need a host sync).
     cache: a Cache of this layout; page_size: tokens per page.
     Fixed grid, no host sync: CUDA-graph capturable.
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
@@ -1875,8 +1879,9 @@ def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constex
 
 def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
     """Zero every byte of the pages `page_ids` in every cache tensor: records and scales. Call it when
-    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0, so a block's
-    exponents start over from the smallest, whichever slot a new sequence starts at).
+    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0: where slots
+    share a scale, a block's exponent starts over from the smallest, whichever slot a new sequence
+    starts at).
 
     page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
@@ -1943,9 +1948,10 @@ def register_torch_ops(namespace: str | None = None):
     Each operator takes the op's arguments with the Cache as its tensors, in Cache field order, e.g.
     for a cache of fields (k_cache, k_sf, v_cache, v_sf):
         quantize_store(k, v, loc, k_cache, k_sf, v_cache, v_sf, page_size, *, pdl=None) -> None
-    gather_dequant returns its outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one
-    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>;
-    registering the same namespace again returns it as well.
+    (a layout's call-time scales follow page_size, as in its ops). gather_dequant returns its
+    outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one out_<plane> argument per
+    plane where there are several). Returns torch.ops.<namespace>; registering the same namespace
+    again returns it as well.
     """
     namespace = f"kvlayout_{LAYOUT}" if namespace is None else namespace
     if not isinstance(namespace, str) or not namespace.isidentifier() or namespace.startswith("_"):

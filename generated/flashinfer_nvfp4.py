@@ -60,7 +60,7 @@ LAUNCH = {
 
 
 class Cache(NamedTuple):
-    """The cache tensors of this layout, one per plane and buffer (see alloc_cache for shapes)."""
+    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes)."""
 
     k_cache: torch.Tensor
     k_sf: torch.Tensor
@@ -96,7 +96,7 @@ _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES', 'SF_PAGE_BYTES', 'CACHE_PAGE_BYTES', 'S
 _RECORD_FIELDS = (0, 2)
 # Each Cache field's byte alignment: its widest typed load or store (an fp32 scale 4, a raw bf16 value 2).
 _FIELD_ALIGN = (1, 1, 1, 1)
-# Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
+# Token-group scales a reader may load as words: (slots per block, the block and
 # dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
 _WORD_SCALES = None
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
@@ -169,10 +169,12 @@ def alloc_cache(num_pages: int, page_size: int, *, heads: int, values: int, devi
 # --- argument checks: every problem is a ValueError naming the argument, raised before launch ---
 
 def clear_plans() -> None:
-    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
-    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    """Forget every op's launch plans and launch shapes, so that later calls launch afresh: call it
+    after changing LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part
+    of its key)."""
     for plans in _PLANS.values():
         plans.clear()
+    _launch_shape.cache_clear()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -1654,13 +1656,16 @@ def _decode_fp4_e2m1(codes):
 @triton.jit
 def _encode_fp8_e4m3fn(q):
     """fp32 -> fp8_e4m3fn codes (uint8): round to nearest even, saturate to +-448.0, NaN -> 0x7F."""
-    return _encode_fp8(q, tl.float8e4nv, True, 448.0, 0x3C000000, 20, 0x7FFFF, 0x3C800000, 16384.0, 512.0, 0x7F, True)
+    return _encode_fp8(q, DTYPE=tl.float8e4nv, NATIVE=True, FMAX=448.0, REBASE_BITS=0x3C000000, DROPPED_BITS=20,
+                       BELOW_HALF=0x7FFFF, MIN_NORMAL_BITS=0x3C800000, STEP_MAGIC=16384.0, STEPS_PER_UNIT=512.0,
+                       NAN_CODE=0x7F, NEGATIVE_ZERO=True)
 
 
 @triton.jit
 def _decode_fp8_e4m3fn(codes):
     """fp8_e4m3fn codes (uint8) -> fp32, exactly (NaN codes give the canonical NaN)."""
-    return _decode_fp8(codes, tl.float8e4nv, True, 448.0, 0x7F, 3, 120, 0.001953125, "fn")
+    return _decode_fp8(codes, DTYPE=tl.float8e4nv, NATIVE=True, FMAX=448.0, NAN_CODE=0x7F, MANTISSA_BITS=3,
+                       REBASE_EXPONENT=120, SUBNORMAL_STEP=0.001953125, SPECIALS="fn")
 
 
 @triton.jit
@@ -1689,8 +1694,9 @@ def _quantize_x(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, 
         SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """x: values 0.. of each row -> fp4_e2m1 at record byte 0, one e4m3 scale per 16 relative to the global scale g (see _quantize_packed_segment)."""
     _quantize_packed_segment(x_ptr, x_row, row_in, row_ok, rec_ptr, rec_row, sc_ptr, sc_row, SC_STRIDE, TILES, CHUNK, SCALE_EVICTION,
-                      16, 0, 0, True, _scale_x_exact_scale,
-                      _encode_fp4_e2m1, _scale_x_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO, GLOBAL=True, g=g)
+                      GROUP=16, VALUE_OFFSET=0, BYTE_OFFSET=0, EXACT=True,
+                      SCALE_OF=_scale_x_exact_scale, ENCODE=_encode_fp4_e2m1,
+                      STORE_SCALE=_scale_x_store, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO, GLOBAL=True, g=g)
 
 
 @triton.jit
@@ -1699,8 +1705,9 @@ def _dequantize_x(rec_ptr, rec_row, sc_ptr, sc_row, g, row_ok, out_ptr, out_row,
         SC_SPLIT: tl.constexpr = 1, SC_LO: tl.constexpr = 0):
     """x: fp4_e2m1 at record byte 0 times its scale and the global scale g -> out values 0.. (see _dequantize_packed_segment)."""
     _dequantize_packed_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_row, out_ok, SC_STRIDE, TILES, CHUNK,
-                               CANON_NAN, SCALE_EVICTION, 16, 0, 0,
-                               _decode_fp4_e2m1, _scale_x_load, SC_SPLIT=SC_SPLIT, SC_LO=SC_LO, GLOBAL=True, g=g)
+                               CANON_NAN, SCALE_EVICTION, GROUP=16, VALUE_OFFSET=0,
+                               BYTE_OFFSET=0, DECODE=_decode_fp4_e2m1, LOAD_SCALE=_scale_x_load,
+                               SC_SPLIT=SC_SPLIT, SC_LO=SC_LO, GLOBAL=True, g=g)
 
 
 @triton.jit
@@ -1725,7 +1732,7 @@ def _quantize_store_kernel(
     token = _program_tokens(BLOCK_T)
     head = tl.program_id(1) % HEADS
     in_range = token < n_tokens
-    # Negative slots, slots past the cache are never written.
+    # Negative slots and slots past the cache are never written.
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
     plane = tl.program_id(1) // HEADS
     if plane == 0:
@@ -1757,10 +1764,10 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
 
     k: (T, heads, values) bf16/fp16/fp32, last dim contiguous.
     v: (T, heads, values) bf16/fp16/fp32, last dim contiguous.
-    loc: (T,) int32/int64 slot ids (page * page_size + slot in page). Negative slots, slots past
-        the cache are skipped. Slots must be
-        distinct: tokens sent to one slot race, and the slot may hold a mix of their bytes (a check
-        would need a host sync).
+    loc: (T,) int32/int64 slot ids (page * page_size + slot in page).
+        Skipped: negative slots and slots past the cache.
+        Slots must be distinct: tokens sent to one slot race, and the slot may hold a mix of their
+        bytes (a check would need a host sync).
     cache: a Cache of this layout; page_size: tokens per page.
     k_scale: k's global scale, a float32 tensor on the device, of one element or one per head: each block's
         e4m3 scale s is e4m3(amax / (6.0 * k_scale)), its codes k / (s * k_scale).
@@ -1779,14 +1786,14 @@ def quantize_store(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cache: C
         return
     _check_pdl(pdl)
     page_size = _index(page_size, "page_size")
-    srcs, geo, num_pages = _prepare_store((k, v), loc, cache, page_size, (k_scale, v_scale,))
+    srcs, geo, num_pages = _prepare_store((k, v), loc, cache, page_size, (k_scale, v_scale))
     n_tokens, heads, values = srcs[0].shape
     plan = _plan_for(_quantize_store_kernel, tensors, loc.device, "loc")
     if n_tokens:
         launch = _launch_shape("quantize_store", values, _rows_cap(n_tokens, len(PLANES) * heads, loc.device))
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]), len(PLANES) * heads)
         args = (*(arg for src in srcs for arg in (src, src.stride(0), src.stride(1))), loc, n_tokens, num_pages * page_size, *_kernel_cache(cache), k_scale, v_scale)
-        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo, **_given_steps((k_scale, v_scale,)))
+        constexprs = dict(**_chain("quantize_store", loc.device, pdl), **launch, **geo, **_given_steps((k_scale, v_scale)))
         _launch(_quantize_store_kernel, grid, args, constexprs, plan, tensors)
     _remember(_PLANS["quantize_store"], key, plan, tensors)
 
@@ -1878,7 +1885,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scal
         return outs[0] if len(PLANES) == 1 else outs
     _check_pdl(pdl)
     page_size = _index(page_size, "page_size")
-    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, (k_scale, v_scale,))
+    outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, (k_scale, v_scale))
     n_tokens = token_ids.shape[0]
     plan = _plan_for(_gather_dequant_kernel, (token_ids, *cache, k_scale, v_scale, *outs), token_ids.device, "token_ids")
     if plan is not None and out is None:
@@ -1890,7 +1897,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scal
         grid = (_cdiv(n_tokens, launch["BLOCK_T"]) * group, lanes // group)
         args = (*_kernel_cache(cache), k_scale, v_scale, token_ids, n_tokens, num_pages * page_size, *(arg for o in outs for arg in (o, o.stride(0), o.stride(1))))
         constexprs = dict(LANE_GROUP=group, CANON_NAN=outs[0].dtype == torch.float32, **_chain("gather_dequant", token_ids.device, pdl),
-                          **launch, **geo, **_given_steps((k_scale, v_scale,)))
+                          **launch, **geo, **_given_steps((k_scale, v_scale)))
         _launch(_gather_dequant_kernel, grid, args, constexprs, plan, (token_ids, *cache, k_scale, v_scale, *outs))
     _remember(_PLANS["gather_dequant"], key, plan, tensors)
     outs = outs if out is None else given      # a 2-D out is returned as passed (the kernel wrote its 3-D view)
@@ -1962,8 +1969,9 @@ def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constex
 
 def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
     """Zero every byte of the pages `page_ids` in every cache tensor: records and scales. Call it when
-    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0, so a block's
-    exponents start over from the smallest, whichever slot a new sequence starts at).
+    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0: where slots
+    share a scale, a block's exponent starts over from the smallest, whichever slot a new sequence
+    starts at).
 
     page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.
@@ -2030,9 +2038,10 @@ def register_torch_ops(namespace: str | None = None):
     Each operator takes the op's arguments with the Cache as its tensors, in Cache field order, e.g.
     for a cache of fields (k_cache, k_sf, v_cache, v_sf):
         quantize_store(k, v, loc, k_cache, k_sf, v_cache, v_sf, page_size, *, pdl=None) -> None
-    gather_dequant returns its outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one
-    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>;
-    registering the same namespace again returns it as well.
+    (a layout's call-time scales follow page_size, as in its ops). gather_dequant returns its
+    outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one out_<plane> argument per
+    plane where there are several). Returns torch.ops.<namespace>; registering the same namespace
+    again returns it as well.
     """
     namespace = f"kvlayout_{LAYOUT}" if namespace is None else namespace
     if not isinstance(namespace, str) or not namespace.isidentifier() or namespace.startswith("_"):
@@ -2545,7 +2554,7 @@ def quantize_store_ref(k: torch.Tensor, v: torch.Tensor, loc: torch.Tensor, cach
     """Pure-torch twin of quantize_store: writes the same bytes (pdl, a launch option, is checked and ignored)."""
     _check_pdl(pdl)
     with _ref_mode(cache):
-        _ref_quantize_store((k, v), loc, cache, page_size, (k_scale, v_scale,))
+        _ref_quantize_store((k, v), loc, cache, page_size, (k_scale, v_scale))
 
 
 def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, k_scale: torch.Tensor,
@@ -2553,4 +2562,4 @@ def gather_dequant_ref(cache: Cache, token_ids: torch.Tensor, page_size: int, k_
     """Pure-torch twin of gather_dequant: returns the same bytes (pdl, a launch option, is checked and ignored)."""
     _check_pdl(pdl)
     with _ref_mode(out):
-        return _ref_gather_dequant(cache, token_ids, page_size, out, (k_scale, v_scale,))
+        return _ref_gather_dequant(cache, token_ids, page_size, out, (k_scale, v_scale))

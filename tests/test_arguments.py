@@ -1038,6 +1038,20 @@ def test_compat_functions_name_their_own_parameters():
            slots, "fp8", *scales)
 
 
+def test_clear_plans_takes_a_changed_launch_shape(monkeypatch):
+    """README: change LAUNCH, call clear_plans(), and later calls launch with the new shape (the
+    memoized launch shapes are forgotten with the plans)."""
+    m = module("mxfp8_kv")
+    before = m._launch_shape("quantize", 128)
+    monkeypatch.setitem(m.LAUNCH, "quantize", {**m.LAUNCH["quantize"], "elements": 512, "num_warps": 8})
+    m.clear_plans()
+    after = m._launch_shape("quantize", 128)
+    assert (after["BLOCK_T"], after["num_warps"]) == (4, 8) != (before["BLOCK_T"], before["num_warps"])
+    monkeypatch.undo()
+    m.clear_plans()
+    assert m._launch_shape("quantize", 128) == before
+
+
 def test_strided_cache_views_are_refused_with_their_strides():
     """vLLM's FlashInfer backend passes kv_cache[:, 0] and kv_cache[:, 1] of a (num_blocks, 2, ...)
     tensor: every other page of its storage, which no layout op addresses. The ValueError names the

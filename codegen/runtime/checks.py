@@ -42,10 +42,12 @@ _geometry = _index = _check_apart = _wait_for_previous = cache_shapes = _segment
 
 
 def clear_plans() -> None:
-    """Forget every op's launch plans, so that later calls launch afresh: call it after changing
-    LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part of its key)."""
+    """Forget every op's launch plans and launch shapes, so that later calls launch afresh: call it
+    after changing LAUNCH (a plan keeps the launch shape of its first call; DEPENDENT_LAUNCH is part
+    of its key)."""
     for plans in _PLANS.values():
         plans.clear()
+    _launch_shape.cache_clear()
 
 
 def _round_up(n: int, multiple: int) -> int:

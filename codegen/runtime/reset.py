@@ -29,8 +29,9 @@ def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constex
 
 def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
     """Zero every byte of the pages `page_ids` in every cache tensor: records and scales. Call it when
-    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0, so a block's
-    exponents start over from the smallest, whichever slot a new sequence starts at).
+    an allocator hands a page out again: a zeroed page is a fresh one (scale bytes 0: where slots
+    share a scale, a block's exponent starts over from the smallest, whichever slot a new sequence
+    starts at).
 
     page_ids: (N,) int32/int64 page indices; ids outside [0, num_pages) are skipped.
     One launch per cache tensor, fixed grids, no host sync: CUDA-graph capturable.

@@ -141,7 +141,8 @@ def _dequantize_segment(rec_ptr, rec_row, sc_ptr, sc_row, row_ok, out_ptr, out_r
     DECODE(codes) -> fp32; LOAD_SCALE(addresses, mask, eviction) -> fp32 scales. WORD > 0 (token
     groups whose block exponents of a value index fill one aligned WORD-byte word, and whose block
     coordinate has stride 1, as the launch checked): LOAD_SCALE_WORDS(word row, value indices,
-    block, ...) reads them as words, `block` being the row's block in its page. GLOBAL: the
+    block, ...) reads them as words, `block` being the row's block in its page (None where WORD is
+    never above 0). GLOBAL: the
     values are then multiplied by the global scale g too (two-level scales: code * scale * g).
     """
     lane = _group_lanes(GROUP, LANES)

@@ -46,9 +46,10 @@ def register_torch_ops(namespace: str | None = None):
     Each operator takes the op's arguments with the Cache as its tensors, in Cache field order, e.g.
     for a cache of fields (k_cache, k_sf, v_cache, v_sf):
         quantize_store(k, v, loc, k_cache, k_sf, v_cache, v_sf, page_size, *, pdl=None) -> None
-    gather_dequant returns its outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one
-    out_<plane> argument per plane where there are several). Returns torch.ops.<namespace>;
-    registering the same namespace again returns it as well.
+    (a layout's call-time scales follow page_size, as in its ops). gather_dequant returns its
+    outputs; gather_dequant_out(..., out, *, pdl=None) writes them (one out_<plane> argument per
+    plane where there are several). Returns torch.ops.<namespace>; registering the same namespace
+    again returns it as well.
     """
     namespace = f"kvlayout_{LAYOUT}" if namespace is None else namespace
     if not isinstance(namespace, str) or not namespace.isidentifier() or namespace.startswith("_"):
