@@ -804,8 +804,8 @@ def test_cache_tensors_of_other_heads_values_or_order_are_refused():
 
 # Each shipped layout's cache fields' alignment where a field stores fp32 scales (4) or raw bf16 values (2)
 # through typed pointers (codes, one-byte scales and word reads, which check their own alignment: 1).
-FIELD_ALIGN = {"ds32_indexer": (4,), "ds32_mla": (4,), "vllm_ds_mla": (4,), "vllm_fp8_per_token_head": (4,),
-               "dsv4_k": (2,), "dsv4_mxfp4": (2,), "dsv4_nvfp4": (2,)}
+FIELD_ALIGN = {"ds32_indexer": (4,), "ds32_indexer_ue8m0": (4,), "ds32_mla": (4,), "vllm_ds_mla": (4,),
+               "vllm_fp8_per_token_head": (4,), "dsv4_k": (2,), "dsv4_mxfp4": (2,), "dsv4_nvfp4": (2,)}
 
 
 def test_the_alignment_table_is_each_fields_widest_typed_access():
