@@ -1128,14 +1128,14 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
                                 "function (the one whose length counts the tokens)",
                                 f"parameters: {', '.join(n for n in param_names if n != p)}")
         # (a trimmed parameter is used only if it is passed on: trim: drops rows of what is passed)
-        used = {_arg_root(src) for k, v in args.items()
-                for src in (v.values() if isinstance(v, dict) else (v,))} | set(require) | set(trim.values())
+        used = ({_arg_root(src) for k, v in args.items() for src in (v.values() if isinstance(v, dict) else (v,))}
+                | set(require) | set(trim.values()) | {p for case in f["cases"] for p in case["when"]})
         unused = f["unused"]
         for j, name in enumerate(unused):
             if name not in param_names or name in used or name in unused[:j]:
                 raise SpecError(unused.item_mark(j), f"{where}.unused[{j}]: {name!r} is " + (
                     "not a parameter of this function" if name not in param_names else "listed twice"
-                    if name in unused[:j] else "used (passed on, required, or a trim's counter)"),
+                    if name in unused[:j] else "used (passed on, required, a trim's counter, or a case's)"),
                     f"list only parameters the function ignores (parameters: {', '.join(param_names)})")
         for j, name in enumerate(param_names):
             if name not in used and name not in unused:      # a caller's value would be silently ignored
@@ -1160,9 +1160,10 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
 
 
 def _compat_cases(f, where: str, function: CompatFunction, layouts: dict, param_names: list) -> tuple:
-    """A function's cases: ((parameter, values, the function calling the case's layout), ...). Each
-    case's layout must take the call as written: its op with the same parameters, its Cache with the
-    same fields, and a value a case matches must be one require: lets through."""
+    """A function's cases: ((parameter, values, the function calling the case's layout), ...). All
+    match one parameter, each value once, so the order of the cases never matters. Each case's layout
+    must take the call as written: its op with the same parameters, its Cache with the same fields,
+    the same planes (as many results); a value a case matches must be one require: lets through."""
     out, taken = [], {}
     layout = layouts[function.layout]
     base = function.op[:-4] if function.op.endswith("_ref") else function.op
@@ -1171,20 +1172,25 @@ def _compat_cases(f, where: str, function: CompatFunction, layouts: dict, param_
         when = case["when"]
         if len(when) != 1:
             raise SpecError(case.value_mark("when"), f"{at}.when: one parameter per case, got {', '.join(when)}",
-                            "split it into one case per parameter")
+                            "match one parameter in every case of the function")
         (param, values), = when.items()
         if param not in param_names:
             raise SpecError(when.key_mark(param), f"{at}.when: {param!r} is not a parameter of this function",
                             f"parameters: {', '.join(param_names)}")
+        first = next(iter(f["cases"][0]["when"]))
+        if param != first:
+            raise SpecError(when.key_mark(param), f"{at}.when: matches {param!r}, cases[0] matches {first!r}",
+                            f"match {first!r} in every case of the function (one parameter picks the layout)")
         allowed = dict(function.require).get(param)
-        for value in values:
+        for k, value in enumerate(values):
+            mark = values.item_mark(k)
             if allowed is not None and value not in allowed:
-                raise SpecError(when.value_mark(param), f"{at}.when.{param}: {value!r} is refused by require: "
-                                "before any case is tried", f"add it to require.{param} or remove it here")
-            if (param, repr(value)) in taken:
-                raise SpecError(when.value_mark(param), f"{at}.when.{param}: {value!r} is also matched by "
-                                f"cases[{taken[param, repr(value)]}], which is tried first", "match each value once")
-            taken[param, repr(value)] = i
+                raise SpecError(mark, f"{at}.when.{param}[{k}]: {value!r} is refused by require: before any case "
+                                "is tried", f"add it to require.{param} or remove it here")
+            if repr(value) in taken:
+                raise SpecError(mark, f"{at}.when.{param}[{k}]: {value!r} is also matched by {taken[repr(value)]}",
+                                "match each value once")
+            taken[repr(value)] = f"cases[{i}].when.{param}[{k}]"
         other = layouts.get(case["layout"])
         if other is None:
             raise SpecError(case.value_mark("layout"), f"{at}.layout: no layout named {case['layout']!r}",
@@ -1195,6 +1201,10 @@ def _compat_cases(f, where: str, function: CompatFunction, layouts: dict, param_
         if base not in other.ops:
             raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name!r} does not generate {base!r}",
                             f"it generates {', '.join(other.ops)}")
+        if tuple(other.planes) != tuple(layout.planes):
+            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}'s planes are "
+                            f"{', '.join(other.planes)}, not {', '.join(layout.planes)}",
+                            "name a layout of the same planes")
         if op_params(other, function.op) != op_params(layout, function.op):
             raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}.{base} takes "
                             f"({', '.join(op_params(other, function.op))}), not call:'s "

@@ -209,7 +209,7 @@ REQUIRED_VALUES = ListOf(OneOf((Int(), Str(pattern=r"[A-Za-z0-9_.+-]*", what="a 
 COMPAT_CASE = Obj(title="a compat case", fields={
     "when": Field(MapOf(REQUIRED_VALUES, key_pattern=r"[a-z_][a-z0-9_]*", min_items=1),
                   "{parameter: values}: the case is taken where the parameter has one of the values (as require: "
-                  "compares them); one parameter"),
+                  "compares them); one parameter, the same in every case of the function"),
     "layout": Field(Str(pattern=IDENT, what="a layout name"), "the layout whose op (call:'s op) is called in this case"),
 })
 
@@ -231,8 +231,9 @@ COMPAT_FUNCTION = Obj(title="a compat function", fields={
                      "other raises ValueError naming the parameter before anything runs", {}),
     "cases": Field(ListOf(COMPAT_CASE),
                    "where a parameter takes one of some values, the same op of another layout is called instead, with "
-                   "the same args (its op must take the same parameters and its Cache the same fields): e.g. a seed "
-                   "whose format string picks another scale rule; the first case that matches is taken, else call:", []),
+                   "the same args (its op must take the same parameters, its Cache the same fields, and it must have "
+                   "the same planes): e.g. a seed whose format string picks another scale rule. Every case matches "
+                   "the same parameter, each value once; any other value takes call:", []),
     "trim": Field(MapOf(Str(pattern=r"[a-z_][a-z0-9_]*", what="a parameter name"), key_pattern=r"[a-z_][a-z0-9_]*"),
                   "{tensor parameter: the parameter whose length counts the seed's tokens}: rows of the first past the "
                   "second's length are dropped before the call, as the seed never reads them (vLLM takes num_tokens "

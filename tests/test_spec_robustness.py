@@ -505,15 +505,22 @@ CASES_BAD = [
     ("no such parameter", "      - {when: {fmt: [ue8m0]}, layout: ds32_indexer_ue8m0}\n",
      ["functions[0].cases[0].when", "'fmt' is not a parameter"]),
     ("a value require: refuses", "      - {when: {scale_fmt: [fp8]}, layout: ds32_indexer_ue8m0}\n",
-     ["functions[0].cases[0].when.scale_fmt", "'fp8' is refused by require:", "add it to require.scale_fmt"]),
+     ["functions[0].cases[0].when.scale_fmt[0]", "'fp8' is refused by require:", "add it to require.scale_fmt"]),
     ("a value matched twice", CASE + "      - {when: {scale_fmt: ['', ue8m0]}, layout: ds32_indexer_ue8m0}\n",
-     ["functions[0].cases[1].when.scale_fmt", "'ue8m0' is also matched by cases[0]"]),
+     ["functions[0].cases[1].when.scale_fmt[1]", "'ue8m0' is also matched by cases[0].when.scale_fmt[0]"]),
+    ("a value listed twice", "      - {when: {scale_fmt: [ue8m0, ue8m0]}, layout: ds32_indexer_ue8m0}\n",
+     ["functions[0].cases[0].when.scale_fmt[1]", "'ue8m0' is also matched by cases[0].when.scale_fmt[0]"]),
+    ("cases of two parameters", CASE + "      - {when: {quant_block_size: [128]}, layout: ds32_indexer_ue8m0}\n",
+     ["functions[0].cases[1].when", "matches 'quant_block_size', cases[0] matches 'scale_fmt'"]),
+    ("another plane count", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_kv}\n",
+     ["functions[0].cases[0].layout", "ds32_kv's planes are k, v, not k"]),
     ("no such layout", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_indexer_e8}\n",
      ["functions[0].cases[0].layout", "no layout named 'ds32_indexer_e8'"]),
     ("call:'s own layout", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_indexer}\n",
      ["functions[0].cases[0].layout", "'ds32_indexer' is call:'s own layout"]),
-    ("an op of other parameters", "      - {when: {scale_fmt: [ue8m0]}, layout: vllm_fp8}\n",
-     ["functions[0].cases[0].layout", "vllm_fp8.quantize_store takes (k, v, loc, cache, page_size, k_scale, v_scale)"]),
+    ("an op of other parameters", "      - {when: {scale_fmt: [ue8m0]}, layout: dsv4_nvfp4}\n",
+     ["functions[0].cases[0].layout", "dsv4_nvfp4.quantize_store takes (k, loc, cache, page_size, k_global), not "
+      "call:'s (k, loc, cache, page_size)"]),
     ("a cache of other fields", "      - {when: {scale_fmt: [ue8m0]}, layout: ds32_pool}\n",
      ["functions[0].cases[0].layout", "ds32_pool's Cache has the fields (k_pool), not (k_cache)"]),
 ]
@@ -525,10 +532,14 @@ def test_a_compat_case_must_take_the_call_as_written(tmp_path, line, words):
     other fields is refused at lint, as are values the case can never see or sees twice."""
     from codegen import pipeline
     (tmp_path / "specs" / "compat").mkdir(parents=True)
-    for name in ("ds32_indexer", "ds32_indexer_ue8m0", "vllm_fp8"):
+    for name in ("ds32_indexer", "ds32_indexer_ue8m0", "dsv4_nvfp4"):
         (tmp_path / "specs" / f"{name}.yaml").write_text(SHIPPED[name])
     (tmp_path / "specs" / "ds32_pool.yaml").write_text(     # ds32_indexer's op, its buffer named pool
         edit(edit(SHIPPED["ds32_indexer"], "name: ds32_indexer\n", "name: ds32_pool\n"), "  cache:", "  pool:"))
+    (tmp_path / "specs" / "ds32_kv.yaml").write_text(       # two planes in one shared buffer: the same Cache
+        edit(edit(edit(SHIPPED["ds32_indexer"], "name: ds32_indexer\n", "name: ds32_kv\n"), "planes: [k]", "planes: [k, v]"),
+             "order: [slot, head]}", "order: [plane, slot, head]}").replace("order: [slot, head, scale]}", "order: [plane, slot, head, scale]}")
+        .replace("  cache:", "  kv:"))
     assert CASE in DS32_COMPAT
     (tmp_path / "specs" / "compat" / "vllm_ds32.yaml").write_text(edit(DS32_COMPAT, CASE, line))
     with pytest.raises(pipeline.SpecErrors) as err:
@@ -538,6 +549,22 @@ def test_a_compat_case_must_take_the_call_as_written(tmp_path, line, words):
     assert re.match(r"specs/compat/vllm_ds32\.yaml:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
     for w in words:
         assert w in rendered, (w, rendered)
+
+
+def test_a_parameter_a_case_reads_is_used(tmp_path):
+    """A parameter only cases: read (no require:) is used, not "never used"; listing it under unused:
+    (the seed ignores it) is refused."""
+    from codegen import pipeline
+    (tmp_path / "specs" / "compat").mkdir(parents=True)
+    for name in ("ds32_indexer", "ds32_indexer_ue8m0"):
+        (tmp_path / "specs" / f"{name}.yaml").write_text(SHIPPED[name])
+    free = edit(DS32_COMPAT, '      scale_fmt: ["", null, ue8m0]\n', "")
+    (tmp_path / "specs" / "compat" / "vllm_ds32.yaml").write_text(free)
+    pipeline.build_all(tmp_path)
+    (tmp_path / "specs" / "compat" / "vllm_ds32.yaml").write_text(edit(free, "    cases:\n", "    unused: [scale_fmt]\n    cases:\n"))
+    with pytest.raises(pipeline.SpecErrors, match=r"unused\[0\]: 'scale_fmt' is used \(passed on, required, a trim's "
+                                                   r"counter, or a case's\)"):
+        pipeline.build_all(tmp_path)
 
 
 MEMORY_PROBE = """
