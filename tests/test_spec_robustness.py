@@ -483,15 +483,20 @@ def test_a_compat_argument_may_be_the_literal_none(tmp_path):
 
 @pytest.mark.parametrize("text,words", [c[1:] for c in COMPAT_BAD], ids=[c[0] for c in COMPAT_BAD])
 def test_compat_specs_that_would_break_later_are_rejected(tmp_path, text, words):
-    from codegen import pipeline
     (tmp_path / "specs" / "compat").mkdir(parents=True)
     (tmp_path / "specs" / "dsv4_k.yaml").write_text(SHIPPED["dsv4_k"])
     (tmp_path / "specs" / "compat" / "sglang_dsv4.yaml").write_text(text)
+    assert_one_error(tmp_path, "specs/compat/sglang_dsv4.yaml", words)
+
+
+def assert_one_error(root, spec: str, words) -> None:
+    """The project's specs build into exactly one error, at spec:line:col, with a fix and these words."""
+    from codegen import pipeline
     with pytest.raises(pipeline.SpecErrors) as err:
-        pipeline.build_all(tmp_path)
+        pipeline.build_all(root)
     (only,) = err.value.errors
     rendered = only.render()
-    assert re.match(r"specs/compat/sglang_dsv4\.yaml:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
+    assert rendered.startswith(f"{spec}:") and re.match(r"[^:]+:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
     for w in words:
         assert w in rendered, (w, rendered)
 
@@ -530,7 +535,6 @@ CASES_BAD = [
 def test_a_compat_case_must_take_the_call_as_written(tmp_path, line, words):
     """A case's layout is called with the function's args: an op of other parameters or a Cache of
     other fields is refused at lint, as are values the case can never see or sees twice."""
-    from codegen import pipeline
     (tmp_path / "specs" / "compat").mkdir(parents=True)
     for name in ("ds32_indexer", "ds32_indexer_ue8m0", "dsv4_nvfp4"):
         (tmp_path / "specs" / f"{name}.yaml").write_text(SHIPPED[name])
@@ -542,13 +546,7 @@ def test_a_compat_case_must_take_the_call_as_written(tmp_path, line, words):
         .replace("  cache:", "  kv:"))
     assert CASE in DS32_COMPAT
     (tmp_path / "specs" / "compat" / "vllm_ds32.yaml").write_text(edit(DS32_COMPAT, CASE, line))
-    with pytest.raises(pipeline.SpecErrors) as err:
-        pipeline.build_all(tmp_path)
-    (only,) = err.value.errors
-    rendered = only.render()
-    assert re.match(r"specs/compat/vllm_ds32\.yaml:\d+:\d+: ", rendered) and "(fix: " in rendered, rendered
-    for w in words:
-        assert w in rendered, (w, rendered)
+    assert_one_error(tmp_path, "specs/compat/vllm_ds32.yaml", words)
 
 
 def test_a_parameter_a_case_reads_is_used(tmp_path):
