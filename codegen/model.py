@@ -854,6 +854,16 @@ class Layout:
         return ("uint8", "int8", *sorted({g.format.torch_view for g in self.scales}))
 
     @property
+    def dense_scale_caveat(self) -> str:
+        """Where a ue8m0 group reads byte 0x00 or 0xFF otherwise than torch's float8_e8m0fnu (2^-127,
+        NaN), what this layout reads them as; "" where they agree or no group is ue8m0."""
+        reads = sorted({f"{byte} as {value}" for g in self.scales if g.format.name == "ue8m0"
+                        for byte, value, torch_reads in (("0x00", "0" if g.zero_byte == "zero" else "2^-127", "2^-127"),
+                                                         ("0xFF", "inf" if g.ff_byte == "inf" else "NaN", "NaN"))
+                        if value != torch_reads})
+        return "; a float8_e8m0fnu view's bytes are read as this layout's (%s)" % ", ".join(reads) if reads else ""
+
+    @property
     def dense_data(self) -> tuple:
         """(torch dtype, trailing width) of the dense ``quantize`` output: the record itself."""
         if len(self.segments) == 1 and self.segments[0].quantized and self.segments[0].element.packing == 1:

@@ -1948,7 +1948,7 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype |
     """Inverse of quantize: data (..., 512) and scale (..., 16) -> (..., 512) out_dtype.
 
     data may be float8_e4m3fn, uint8, int8 (views of the same bytes; another 1-byte format is refused);
-    scale uint8, int8, float8_e8m0fnu.
+    scale uint8, int8, float8_e8m0fnu; a float8_e8m0fnu view's bytes are read as this layout's (0xFF as inf).
     out_dtype: torch.bfloat16 (None also means it, as in the torch operator), float16 or float32.
     pdl: launch as a programmatic dependent of the stream's previous kernel (sm_90+; see _chain);
         None: the spec's `dependent_launch` knob.
