@@ -28,6 +28,21 @@ def rows(count: int, values: int, gen, specials: int = 12) -> torch.Tensor:
     return x
 
 
+def test_sglang_dsv4_constants_are_dsv4_ks_geometry():
+    """The seed module's constants restate dsv4_k's record: a spec edit that moves the record makes
+    them wrong, which nothing else would notice (compat constants are plain numbers)."""
+    from codegen import config, pipeline
+    layouts, _ = pipeline.build_all(config.at_root(ROOT))
+    dsv4 = layouts["dsv4_k"]
+    nope, rope = dsv4.segments
+    mod = compat("sglang_dsv4")
+    assert (mod.DIM_NOPE, mod.DIM_ROPE) == (nope.values.const_value(), rope.values.const_value())
+    assert (mod.TILE_SIZE, mod.NUM_SCALE_TILES) == (nope.scale.tile, nope.scale.count.const_value())
+    assert mod.PADDED_SCALE_PER_TOKEN == nope.scale.padded_count.const_value()
+    assert mod.NOPE_ROPE_BYTES == dsv4.record_bytes.const_value()
+    assert mod.fp8_dtype == getattr(torch, nope.element.torch_dtype)
+
+
 def test_sglang_dsv4_writer_and_readers_are_dsv4_k():
     mod, dsv4 = compat("sglang_dsv4"), layout("dsv4_k")
     gen = generator(51)
