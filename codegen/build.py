@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
 import builtins
+import dataclasses
 import functools
 import hashlib
 import keyword
@@ -1140,7 +1140,7 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
         for j, name in enumerate(param_names):
             if name not in used and name not in unused:      # a caller's value would be silently ignored
                 raise SpecError(f["params"].item_mark(j), f"{where}.params[{j}]: {name!r} is never used: no "
-                                f"argument of {op} is taken from it, nor is it required or a trim's counter",
+                                f"argument of {op} is taken from it, nor is it required, a trim's counter or a case's",
                                 f"pass it on under args: (to one of {op}'s parameters: {', '.join(wanted)}), give "
                                 "it a require:, or, if the seed ignores it too, list it under unused:")
         function = CompatFunction(name=f["name"], doc=f["doc"], params=tuple(params), layout=layout_name,
@@ -1161,12 +1161,10 @@ def build_compat(tree, display: str, digest: str, layouts: dict) -> Compat:
 
 def _compat_cases(f, where: str, function: CompatFunction, layouts: dict, param_names: list) -> tuple:
     """A function's cases: ((parameter, values, the function calling the case's layout), ...). All
-    match one parameter, each value once, so the order of the cases never matters. Each case's layout
-    must take the call as written: its op with the same parameters, its Cache with the same fields,
-    the same planes (as many results); a value a case matches must be one require: lets through."""
+    match one parameter, each value once, so the order of the cases never matters; a value a case
+    matches must be one require: lets through (_case_values). Each case's layout must take the call
+    as written (_case_layout)."""
     out, taken = [], {}
-    layout = layouts[function.layout]
-    base = function.op[:-4] if function.op.endswith("_ref") else function.op
     for i, case in enumerate(f["cases"]):
         at = f"{where}.cases[{i}]"
         when = case["when"]
@@ -1181,42 +1179,55 @@ def _compat_cases(f, where: str, function: CompatFunction, layouts: dict, param_
         if param != first:
             raise SpecError(when.key_mark(param), f"{at}.when: matches {param!r}, cases[0] matches {first!r}",
                             f"match {first!r} in every case of the function (one parameter picks the layout)")
-        allowed = dict(function.require).get(param)
-        for k, value in enumerate(values):
-            mark = values.item_mark(k)
-            if allowed is not None and value not in allowed:
-                raise SpecError(mark, f"{at}.when.{param}[{k}]: {value!r} is refused by require: before any case "
-                                "is tried", f"add it to require.{param} or remove it here")
-            if repr(value) in taken:
-                raise SpecError(mark, f"{at}.when.{param}[{k}]: {value!r} is also matched by {taken[repr(value)]}",
-                                "match each value once")
-            taken[repr(value)] = f"cases[{i}].when.{param}[{k}]"
-        other = layouts.get(case["layout"])
-        if other is None:
-            raise SpecError(case.value_mark("layout"), f"{at}.layout: no layout named {case['layout']!r}",
-                            f"known layouts: {', '.join(sorted(layouts))}")
-        if other.name == layout.name:
-            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name!r} is call:'s own layout",
-                            "name another layout, or remove the case")
-        if base not in other.ops:
-            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name!r} does not generate {base!r}",
-                            f"it generates {', '.join(other.ops)}")
-        if tuple(other.planes) != tuple(layout.planes):
-            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}'s planes are "
-                            f"{', '.join(other.planes)}, not {', '.join(layout.planes)}",
-                            "name a layout of the same planes")
-        if op_params(other, function.op) != op_params(layout, function.op):
-            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}.{base} takes "
-                            f"({', '.join(op_params(other, function.op))}), not call:'s "
-                            f"({', '.join(op_params(layout, function.op))})",
-                            "name a layout whose op takes the same arguments")
-        fields = [n for n, _, _ in layout.cache_fields]
-        if "cache" in dict(function.args) and [n for n, _, _ in other.cache_fields] != fields:
-            raise SpecError(case.value_mark("layout"), f"{at}.layout: {other.name}'s Cache has the fields "
-                            f"({', '.join(n for n, _, _ in other.cache_fields)}), not ({', '.join(fields)})",
-                            "name a layout whose cache has the same buffers")
+        _case_values(f"{at}.when.{param}", f"cases[{i}].when.{param}", values, dict(function.require).get(param), taken)
+        other = _case_layout(at, case, function, layouts)
         out.append((param, tuple(values), _called_on(function, other.name)))
     return tuple(out)
+
+
+def _case_values(at: str, label: str, values, allowed, taken: dict) -> None:
+    """A case's values: each let through by require: (`allowed`, None: any) and matched once (`taken`:
+    the values earlier cases match, by their place)."""
+    for k, value in enumerate(values):
+        mark = values.item_mark(k)
+        if allowed is not None and value not in allowed:
+            raise SpecError(mark, f"{at}[{k}]: {value!r} is refused by require: before any case is tried",
+                            f"add it to require.{at.rsplit('.', 1)[1]} or remove it here")
+        if repr(value) in taken:
+            raise SpecError(mark, f"{at}[{k}]: {value!r} is also matched by {taken[repr(value)]}",
+                            "match each value once")
+        taken[repr(value)] = f"{label}[{k}]"
+
+
+def _case_layout(at: str, case, function: CompatFunction, layouts: dict):
+    """The layout a case calls, which must take the function's call as written: another layout that
+    generates the op, with the same planes (as many results), op parameters and Cache fields."""
+    layout = layouts[function.layout]
+    base = function.op[:-4] if function.op.endswith("_ref") else function.op
+    other = layouts.get(case["layout"])
+    mark = case.value_mark("layout")
+    if other is None:
+        raise SpecError(mark, f"{at}.layout: no layout named {case['layout']!r}",
+                        f"known layouts: {', '.join(sorted(layouts))}")
+    if other.name == layout.name:
+        raise SpecError(mark, f"{at}.layout: {other.name!r} is call:'s own layout",
+                        "name another layout, or remove the case")
+    if base not in other.ops:
+        raise SpecError(mark, f"{at}.layout: {other.name!r} does not generate {base!r}",
+                        f"it generates {', '.join(other.ops)}")
+    if tuple(other.planes) != tuple(layout.planes):
+        raise SpecError(mark, f"{at}.layout: {other.name}'s planes are {', '.join(other.planes)}, not "
+                        f"{', '.join(layout.planes)}", "name a layout of the same planes")
+    if op_params(other, function.op) != op_params(layout, function.op):
+        raise SpecError(mark, f"{at}.layout: {other.name}.{base} takes ({', '.join(op_params(other, function.op))}), "
+                        f"not call:'s ({', '.join(op_params(layout, function.op))})",
+                        "name a layout whose op takes the same arguments")
+    fields = [n for n, _, _ in layout.cache_fields]
+    if "cache" in dict(function.args) and [n for n, _, _ in other.cache_fields] != fields:
+        raise SpecError(mark, f"{at}.layout: {other.name}'s Cache has the fields "
+                        f"({', '.join(n for n, _, _ in other.cache_fields)}), not ({', '.join(fields)})",
+                        "name a layout whose cache has the same buffers")
+    return other
 
 
 def _called_on(function: CompatFunction, other: str) -> CompatFunction:
