@@ -910,7 +910,8 @@ class CompatFunction:
     raw_cache: bool = False       # the cache is passed as the layout's RawCache (seed-shaped buffers)
     # (tensor parameter, expression) where page_size is read off a tensor's shape (v_cache.shape[1])
     page_size_from: tuple | None = None
-    # (parameter, values, CompatFunction calling another layout's op) tried in order before `layout`
+    # (parameter, values, CompatFunction calling another layout's op): where the parameter has one of
+    # the values (one parameter, each value once), that function's call instead of this one's
     cases: tuple = ()
 
     @property
