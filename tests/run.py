@@ -1,8 +1,9 @@
 """`make test`: the suite as two pytest processes at once where the machine has two CPUs or more.
 
-The interpreted kernel tests (tests/test_kernels.py, with tests/test_given_scales.py) take almost
-half the suite's time, so they run beside everything else, less the dense dequantize tests, which
-join the other process to even the two out. Each process's output is printed when it ends, and the exit status is the first failing
+The interpreted kernel tests (tests/test_kernels.py, with tests/test_given_scales.py and the
+smaller tests/test_numerics.py and tests/test_compat.py) take about half the suite's time, so they
+run beside everything else, less the dense dequantize tests, which join the other process: the two
+take about as long. Each process's output is printed when it ends, and the exit status is the first failing
 process's (0 when both pass; a process that selects no test, as with -k, fails only if the other
 selects none either). With one CPU it is plain `pytest -q`. Extra arguments go to both processes,
 e.g. `python -m tests.run -x`.
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "tests/test_kernels.py"
 NO_TESTS = 5                  # pytest's exit status when a process selects no test
 MOVED = tuple(f"{KERNELS}::{test}" for test in ("test_dequantize",))
-BESIDE = ("tests/test_given_scales.py",)       # whole files that run with the kernel tests
+BESIDE = ("tests/test_given_scales.py", "tests/test_numerics.py", "tests/test_compat.py")   # whole files run with them
 
 
 def groups() -> tuple:
