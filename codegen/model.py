@@ -368,14 +368,16 @@ class Placement:
         (term,) = self.region.term(coord)
         return term.const_name
 
-    def address(self, names: dict | None = None, skip: tuple = (), prefix: str = "") -> str:
+    def address(self, names: dict | None = None, skip: tuple = (), prefix: str = "", page_stride: str | None = None) -> str:
         """One entry's byte offset in its buffer as source: page * PAGE_BYTES + OFFSET + a
         coordinate * STRIDE term per coordinate of the region's order, over variables named as the
         coordinates (`names` renames them, and `page`). `skip` leaves out coordinates the caller
         walks itself (a helper's scale or dim); `prefix` qualifies the constants (``G.`` in the
-        references)."""
+        references); `page_stride` names the constant pages step by instead of the page bytes (a
+        kernel's: the Cache field's PAGE_STRIDE, which a page-strided view sets)."""
         names = names or {}
-        parts = [f"{names.get('page', 'page')} * {prefix}{self.buffer.page_bytes_name}", f"{prefix}{self.region.offset_name}"]
+        parts = [f"{names.get('page', 'page')} * {prefix}{page_stride or self.buffer.page_bytes_name}",
+                 f"{prefix}{self.region.offset_name}"]
         for t in self.region.terms:
             if t.coord in skip:
                 continue
@@ -569,8 +571,9 @@ class Layout:
         where = self.scales_of(group.name)
         others = [t.const_name for t in where.terms if t.coord not in ("block", "dim")]
         fields = tuple(dict.fromkeys(self.field_index(p, where.buffer) for p in self.planes))
+        strides = tuple(dict.fromkeys(self.page_stride_name(p, where.buffer) for p in self.planes))
         return (group.size, where.stride_name("block"), where.stride_name("dim"), fields,
-                (where.buffer.page_bytes_name, where.region.offset_name, *others))
+                (*strides, where.region.offset_name, *others))
 
     @property
     def record_overhead(self) -> int:
@@ -593,10 +596,11 @@ class Layout:
 
     @property
     def record_word_aligned(self) -> list:
-        """Geometry names that must be multiples of 4 for 32-bit word access to records: the records
-        buffer's page bytes, the region's offset and its strides."""
+        """Geometry names that must be multiples of 4 for 32-bit word access to records: each records
+        field's page stride, the region's offset and its strides."""
         where = self.records
-        return [where.buffer.page_bytes_name, where.region.offset_name] + [t.const_name for t in where.terms]
+        strides = list(dict.fromkeys(self.page_stride_name(p, where.buffer) for p in self.planes))
+        return strides + [where.region.offset_name] + [t.const_name for t in where.terms]
 
     @property
     def record_parts(self) -> tuple:
@@ -669,6 +673,17 @@ class Layout:
     def page_bytes_names(self) -> tuple:
         """The geometry name of each Cache field's bytes per page, in field order."""
         return tuple(b.page_bytes_name for _, _, b in self.cache_fields)
+
+    def page_stride_name(self, plane: str, buffer: Buffer) -> str:
+        """The geometry name of the bytes from one page of a plane's buffer to the next, as its Cache
+        field's tensor lays them out: the page bytes for alloc_cache's tensors, more for a view of
+        every other page (vLLM's kv_cache[:, 0])."""
+        return f"{self.field(plane, buffer).upper()}_PAGE_STRIDE"
+
+    @property
+    def page_stride_names(self) -> tuple:
+        """Each Cache field's page stride geometry name, in field order."""
+        return tuple(f"{f.upper()}_PAGE_STRIDE" for f, _, _ in self.cache_fields)
 
     @property
     def field_alignments(self) -> tuple:
@@ -888,6 +903,9 @@ class Layout:
             for r in b.regions:
                 out.append((r.offset_name, r.offset))
                 out.extend((t.const_name, t.stride) for t in r.terms)
+        # Each field's pages lie its page bytes apart, unless a call passes a page-strided view (the
+        # ops then set its stride).
+        out.extend((name, b.page_bytes) for name, (_, _, b) in zip(self.page_stride_names, self.cache_fields))
         return tuple(out)
 
 

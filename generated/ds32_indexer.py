@@ -62,7 +62,11 @@ LAUNCH = {
 
 
 class Cache(NamedTuple):
-    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes)."""
+    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes).
+
+    Each tensor's first dim counts pages, and each page is contiguous; pages may lie further apart
+    than a page (a page-strided view, such as vLLM's kv_cache[:, 0] of (num_blocks, 2, ...)), a whole
+    page or more and a multiple of the field's alignment apart."""
 
     k_cache: torch.Tensor
 
@@ -90,6 +94,9 @@ _CODES_PER_BYTE = 1
 _RECORD_OVERHEAD = 0
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES',)
+# The geometry entry giving the bytes from one page of each Cache field's tensor to the next (its
+# page bytes; a page-strided view's stride(0) in bytes, set per call by _check_cache).
+_PAGE_STRIDE_NAMES = ('K_CACHE_PAGE_STRIDE',)
 # The Cache fields holding records (one per plane, or one for every plane).
 _RECORD_FIELDS = (0,)
 # Each Cache field's byte alignment: its widest typed load or store (an fp32 scale 4, a raw bf16 value 2).
@@ -134,6 +141,7 @@ def _geometry(page_size: int, heads: int, values: int) -> dict:
         CACHE_K_SLOT_STRIDE=4,
         CACHE_K_HEAD_STRIDE=4,
         CACHE_K_SCALE_STRIDE=4,
+        K_CACHE_PAGE_STRIDE=page_size * 128 + page_size * 4,
     )
 
 
@@ -359,12 +367,43 @@ _FIELDS_APART = "each cache field needs a buffer of its own"
 
 def _check_fields_apart(cache) -> None:
     """Each cache field is a buffer of its own: where two share bytes (one tensor passed for both),
-    one field's bytes would be read or written as the other's. Tensors the later checks refuse
-    (not dense or contiguous, no data, on another device) are left to them."""
+    one field's bytes would be read or written as the other's; interleaved page-strided views (vLLM's
+    kv_cache[:, 0] and [:, 1]) are apart. Tensors the later checks refuse (not dense, pages not
+    contiguous, no data, on another device) are left to them."""
     if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not (t.is_nested or t.is_meta)
-               and t.is_contiguous() for t in cache) or len({t.device for t in cache}) > 1:
+               and (t.is_contiguous() or _pages_contiguous(t)) for t in cache) or len({t.device for t in cache}) > 1:
         return
     _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), _FIELDS_APART)
+
+
+def _pages_contiguous(t: torch.Tensor) -> bool:
+    """Whether t is a tensor of whole pages, each contiguous, whatever the step between them: every
+    dim but the first contiguous (a page-strided view: vLLM's kv_cache[:, 0] of a (num_blocks, 2,
+    ...) tensor, or a cache padded per page)."""
+    if t.dim() < 2:
+        return False
+    expected = 1
+    for n, s in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _page_stride(field: str, t: torch.Tensor, page_bytes: int, align: int) -> int:
+    """The bytes from one page of a page-strided cache tensor to the next (its first dim's stride),
+    checked: positive, at least a page (pages may not overlap) and a multiple of the field's alignment
+    (the kernels' typed loads stay aligned)."""
+    stride = t.stride(0) * t.element_size()
+    if t.shape[0] > 1 and stride < page_bytes:
+        raise ValueError(f"cache.{field}: its pages are {stride} bytes apart (strides {tuple(t.stride())}), fewer than "
+                         f"the {page_bytes} bytes of a page: pages would overlap; pass a view whose pages are at "
+                         "least a page apart")
+    if stride % align:
+        raise ValueError(f"cache.{field}: its pages are {stride} bytes apart (strides {tuple(t.stride())}), not a "
+                         f"multiple of {align}: the kernels load and store {align}-byte values in it; pass a view "
+                         f"whose pages are a multiple of {align} bytes apart")
+    return stride
 
 
 def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:
@@ -414,21 +453,31 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
         if misplaced is None:
             raise
         raise ValueError(misplaced) from None
-    pages = {}
-    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
+    pages, strides = {}, {}
+    for i, (field, t, page_bytes) in enumerate(zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES))):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
-        if not t.is_contiguous():        # (pages back to back: a view of every other page, or of some heads, is not)
-            raise ValueError(f"cache.{field}: must be contiguous, got shape {tuple(t.shape)} with strides "
-                             f"{tuple(t.stride())}")
+        strided = not t.is_contiguous()
+        if strided and not _pages_contiguous(t):   # (a view of some heads or values of each page, or transposed)
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} is not a tensor "
+                             "of whole contiguous pages; pass a contiguous tensor, or a view whose first dim steps "
+                             "over whole pages (such as vLLM's kv_cache[:, 0])")
         nbytes = t.numel() * t.element_size()
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
-        # instead be flat or count slots first.
-        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and (
+        # instead be flat or count slots first (contiguous only).
+        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and not strided and (
                 t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
             pages[field] = nbytes // page_bytes
+            if strided:
+                strides[_PAGE_STRIDE_NAMES[i]] = _page_stride(field, t, page_bytes, _FIELD_ALIGN[i])
             continue
+        if strided and t.dim() >= 2 and nbytes and not nbytes % page_bytes:
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} steps over bytes "
+                             f"between rows that are not pages of {page_bytes} bytes (page_size={page_size}); a view "
+                             "that is not contiguous must count pages in its first dim")
         raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw, from_records))
+    if strides:                          # the kernels step through a strided field's pages by its stride
+        geo = {**geo, **strides}
     counts = list(pages.values())
     num_pages = max(counts, key=counts.count)        # the count most tensors share
     odd = [field for field, n in pages.items() if n != num_pages]
@@ -820,12 +869,14 @@ def _check_distinct_elements(name: str, t: torch.Tensor) -> None:
 
 
 def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors of one shape, strides and element size share a byte, from the offset
-    between them alone (interleaved slices of one workspace do not): the offset must be a sum of
-    per-dim steps of fewer than that dim's size, plus less than an element."""
+    """Whether two tensors share a byte, for views whose spans cross but whose elements may
+    interleave (slices of one workspace, vLLM's kv_cache[:, 0] and [:, 1]). Tensors of one shape,
+    strides and element size: exactly, from the offset between them alone (it must be a sum of
+    per-dim steps of fewer than that dim's size, plus less than an element); others: by their first
+    dims' entries (pages) where those step alike (_pages_overlap); otherwise taken as overlapping."""
     dims = _nested_dims(a)
     if dims is None or a.shape != b.shape or a.stride() != b.stride() or a.element_size() != b.element_size():
-        return True                  # not decided here: taken as overlapping
+        return _pages_overlap(a, b)
 
     def reach(rest: int, k: int) -> bool:
         if k == len(dims):
@@ -834,6 +885,26 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         q = rest // s
         return any(abs(j) < n and reach(rest - j * s, k + 1) for j in (q, q + 1))
     return reach(b.data_ptr() - a.data_ptr(), 0)
+
+
+def _pages_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors whose first dims step by one number of bytes (a page stride; a first dim of
+    one entry steps as the other's) share a byte, each entry taken as the whole span of its bytes:
+    a's page i and b's page j meet when -(b's page span) < offset + (j - i) * stride < a's page span.
+    True (not decided here) for other tensors."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.dim() == 0 or b.dim() == 0 or _nested_dims(a) is None or _nested_dims(b) is None:
+        return True
+    steps = {t.stride(0) * t.element_size() for t in (a, b) if t.shape[0] > 1}
+    if len(steps) != 1 or min(steps) <= 0:
+        return True
+    (step,) = steps
+    span_a, span_b = _extent(a[0]), _extent(b[0])
+    offset = b.data_ptr() - a.data_ptr()
+    lowest = max(1 - a.shape[0], (-span_b - offset) // step + 1)     # the least j - i with a meeting
+    highest = min(b.shape[0] - 1, (span_a - offset - 1) // step)     # the most
+    return lowest <= highest
 
 
 def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = (),
@@ -968,14 +1039,16 @@ class _Plan:
             _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
 
-    def check_fields_apart(self, pointers: list, start: int) -> None:
-        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES) share no byte, as the checked
-        path requires (_check_fields_apart); skipped for the fields' pointers last found apart. The
-        signature keeps every field's shape and strides, so one tensor passed for two fields, or
-        overlapping views at other addresses, would replay unchecked."""
-        fields = pointers[start:start + len(_CACHE_NAMES)]
+    def check_fields_apart(self, pointers: list, start: int, tensors: tuple) -> None:
+        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES, of the call's `tensors`)
+        share no byte, as the checked path requires (_check_fields_apart); skipped for the fields'
+        pointers last found apart. The signature keeps every field's shape and strides, so one
+        tensor passed for two fields, or overlapping views at other addresses, would replay
+        unchecked."""
+        end = start + len(_CACHE_NAMES)
+        fields = pointers[start:end]
         if fields != self.fields_apart:
-            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:start + len(fields)], (),
+            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:end], tensors[start:end],
                             _FIELDS_APART)
             self.fields_apart = fields
 
@@ -1683,7 +1756,7 @@ def _gather_dequant_kernel(
     K_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     CACHE_K_OFFSET: tl.constexpr, CACHE_K_SLOT_STRIDE: tl.constexpr, CACHE_K_HEAD_STRIDE: tl.constexpr,
-    CACHE_K_SCALE_STRIDE: tl.constexpr,
+    CACHE_K_SCALE_STRIDE: tl.constexpr, K_CACHE_PAGE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T token ids of one (plane, head) lane per program: read each slot's record and scales, write values.
 
@@ -1701,11 +1774,11 @@ def _gather_dequant_kernel(
     # Negative ids and ids past the cache read as zeros.
     ok, page, slot = _read_targets(token_ids_ptr, token, in_range, num_slots, PAGE_SIZE)
     records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
-    rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
+    rec_row = page * K_CACHE_PAGE_STRIDE + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
     out_row = _row_offset(token, head, k_out_stride_t, k_out_stride_h)
     # k: codes times their scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
-    sc_row = page * CACHE_PAGE_BYTES + CACHE_K_OFFSET + slot * CACHE_K_SLOT_STRIDE + head * CACHE_K_HEAD_STRIDE
+    sc_row = page * K_CACHE_PAGE_STRIDE + CACHE_K_OFFSET + slot * CACHE_K_SLOT_STRIDE + head * CACHE_K_HEAD_STRIDE
     _dequantize_k(records, rec_row, scales, sc_row, ok, k_out_ptr, out_row, in_range,
         SC_STRIDE=CACHE_K_SCALE_STRIDE, TILES=K_TILES, CHUNK=K_CHUNK,
         CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last")
@@ -1726,7 +1799,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
     plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
     if plan is not None:      # this call signature passed every check before: replay its launch
-        plan.check_fields_apart(pointers, 1)
+        plan.check_fields_apart(pointers, 1, tensors)
         if given:
             plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
             outs = given
@@ -1768,7 +1841,7 @@ def _quantize_store_kernel(
     K_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     CACHE_K_OFFSET: tl.constexpr, CACHE_K_SLOT_STRIDE: tl.constexpr, CACHE_K_HEAD_STRIDE: tl.constexpr,
-    CACHE_K_SCALE_STRIDE: tl.constexpr,
+    CACHE_K_SCALE_STRIDE: tl.constexpr, K_CACHE_PAGE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T tokens of one (plane, head) per program: quantize each row and scatter it to its slot."""
     _wait_for_previous(PDL, EARLY_RELEASE)
@@ -1779,10 +1852,10 @@ def _quantize_store_kernel(
     ok, page, slot = _write_targets(loc_ptr, token, in_range, num_slots, PAGE_SIZE)
     x_row = _row_offset(token, head, k_stride_t, k_stride_h)
     records = k_cache_ptr.to(tl.pointer_type(tl.uint8))
-    rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
+    rec_row = page * K_CACHE_PAGE_STRIDE + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
     # k: quantize and store codes, then the scales at cache[slot, head, scale]
     scales = k_cache_ptr.to(tl.pointer_type(tl.uint8))
-    sc_row = page * CACHE_PAGE_BYTES + CACHE_K_OFFSET + slot * CACHE_K_SLOT_STRIDE + head * CACHE_K_HEAD_STRIDE
+    sc_row = page * K_CACHE_PAGE_STRIDE + CACHE_K_OFFSET + slot * CACHE_K_SLOT_STRIDE + head * CACHE_K_HEAD_STRIDE
     _quantize_k(k_ptr, x_row, in_range, ok, records, rec_row, scales, sc_row,
         SC_STRIDE=CACHE_K_SCALE_STRIDE, TILES=K_TILES, CHUNK=K_CHUNK,
         SCALE_EVICTION="evict_last")    # a scale's sector fills from several tokens: keep it in L2 until they come
@@ -1804,7 +1877,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     tensors = (loc, k, *cache) if isinstance(cache, tuple) else None
     plan, key, pointers = _find(_PLANS["quantize_store"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
     if plan is not None:      # this call signature passed every check before: replay its launches
-        plan.check_fields_apart(pointers, _STORE_WRITTEN[0])
+        plan.check_fields_apart(pointers, _STORE_WRITTEN[0], tensors)
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(pointers, tensors)
         return
@@ -1832,7 +1905,7 @@ def _quantize_kernel(
     K_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     CACHE_K_OFFSET: tl.constexpr, CACHE_K_SLOT_STRIDE: tl.constexpr, CACHE_K_HEAD_STRIDE: tl.constexpr,
-    CACHE_K_SCALE_STRIDE: tl.constexpr,
+    CACHE_K_SCALE_STRIDE: tl.constexpr, K_CACHE_PAGE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each row of VALUES values becomes one record plus its scales."""
     _wait_for_previous(PDL, EARLY_RELEASE)
@@ -1886,7 +1959,7 @@ def _dequantize_kernel(
     K_DENSE_COLUMN: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     CACHE_K_OFFSET: tl.constexpr, CACHE_K_SLOT_STRIDE: tl.constexpr, CACHE_K_HEAD_STRIDE: tl.constexpr,
-    CACHE_K_SCALE_STRIDE: tl.constexpr,
+    CACHE_K_SCALE_STRIDE: tl.constexpr, K_CACHE_PAGE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T rows per program: each record and its scales become VALUES values."""
     _wait_for_previous(PDL, EARLY_RELEASE)
@@ -2063,13 +2136,14 @@ def _dequantize_fake(data, scale, out_dtype=torch.bfloat16):
 
 # --- page reset: every layout ---------------------------------------------------------------------
 @triton.jit
-def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
+def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, PAGE_STRIDE: tl.constexpr,
+                        BLOCK: tl.constexpr):
     """Zero every byte of one page of a cache tensor per program (page ids outside [0, num_pages)
-    are skipped), BLOCK bytes at a time."""
+    are skipped), BLOCK bytes at a time; pages start PAGE_STRIDE bytes apart."""
     page = tl.load(page_ids_ptr + tl.program_id(0)).to(tl.int64)
     # A skipped id writes nothing: its limit is 0 bytes.
     limit = tl.where((page >= 0) & (page < num_pages), PAGE_BYTES, 0)
-    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_BYTES
+    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_STRIDE
     for start in range(0, PAGE_BYTES, BLOCK):
         offsets = start + tl.arange(0, BLOCK)
         tl.store(first + offsets, tl.zeros([BLOCK], dtype=tl.uint8), mask=offsets < limit)
@@ -2092,7 +2166,9 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
         return
     for t in _kernel_cache(cache):
         page_bytes = t.numel() * t.element_size() // num_pages
-        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes,
+        # contiguous: pages back to back; page-strided (checked): its first dim's stride
+        page_stride = page_bytes if t.is_contiguous() else t.stride(0) * t.element_size()
+        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes, PAGE_STRIDE=page_stride,
                                                    BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
 
 
@@ -2119,7 +2195,10 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
         for t in cache:
-            t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            if t.is_contiguous():
+                t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            else:             # page-strided (checked): pages in its first dim, each contiguous
+                t.view(torch.uint8)[ids] = 0
 
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
@@ -2524,6 +2603,19 @@ def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
     return _ref_decode(_ref_unpack(stored) if seg.packing == 2 else stored, seg.code)
 
 
+def _ref_pages(cache) -> tuple:
+    """The cache fields as the references address them (flat bytes, pages back to back): each
+    checked tensor itself, or a contiguous copy of a page-strided view (_ref_put_back writes it back)."""
+    return tuple(t if t.is_contiguous() else t.contiguous() for t in cache)
+
+
+def _ref_put_back(cache, fields: tuple) -> None:
+    """Copy _ref_pages' copies of page-strided views back into them (the bytes between pages untouched)."""
+    for t, f in zip(cache, fields):
+        if f is not t:
+            t.copy_(f)
+
+
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
     """The uint8 view of the Cache field holding a plane's `index`-th buffer."""
     return _ref_bytes(cache[_REF_PLANE_FIELDS[plane][index]])
@@ -2559,7 +2651,9 @@ def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) ->
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size, scales)
-    _ref_store_rows(srcs, loc, cache, page_size, geo, num_pages, scales)
+    fields = _ref_pages(cache)
+    _ref_store_rows(srcs, loc, fields, page_size, geo, num_pages, scales)
+    _ref_put_back(cache, fields)
 
 
 def _ref_store_rows(srcs: tuple, loc: torch.Tensor, cache, page_size: int, geo: dict, num_pages: int, scales: tuple) -> None:
@@ -2592,6 +2686,7 @@ def _ref_store_rows(srcs: tuple, loc: torch.Tensor, cache, page_size: int, geo: 
 def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, scales: tuple = ()):
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, scales)
+    cache = _ref_pages(cache)
     G = SimpleNamespace(**geo)
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]

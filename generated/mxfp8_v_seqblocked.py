@@ -53,7 +53,11 @@ LAUNCH = {
 
 
 class Cache(NamedTuple):
-    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes)."""
+    """The cache tensors of this layout, one per plane and buffer (see cache_shapes for shapes).
+
+    Each tensor's first dim counts pages, and each page is contiguous; pages may lie further apart
+    than a page (a page-strided view, such as vLLM's kv_cache[:, 0] of (num_blocks, 2, ...)), a whole
+    page or more and a multiple of the field's alignment apart."""
 
     v_cache: torch.Tensor
     v_sf: torch.Tensor
@@ -83,13 +87,16 @@ _CODES_PER_BYTE = 1
 _RECORD_OVERHEAD = 0
 # The geometry entry giving each Cache field's bytes per page.
 _PAGE_BYTES_NAMES = ('CACHE_PAGE_BYTES', 'SF_PAGE_BYTES')
+# The geometry entry giving the bytes from one page of each Cache field's tensor to the next (its
+# page bytes; a page-strided view's stride(0) in bytes, set per call by _check_cache).
+_PAGE_STRIDE_NAMES = ('V_CACHE_PAGE_STRIDE', 'V_SF_PAGE_STRIDE')
 # The Cache fields holding records (one per plane, or one for every plane).
 _RECORD_FIELDS = (0,)
 # Each Cache field's byte alignment: its widest typed load or store (an fp32 scale 4, a raw bf16 value 2).
 _FIELD_ALIGN = (1, 1)
 # Token-group scales a reader may load as words (see _scale_word_bytes): (slots per block, the block and
 # dim stride names, the Cache fields holding them, geometry names that must be word multiples); or None.
-_WORD_SCALES = (32, 'SF_X_BLOCK_STRIDE', 'SF_X_DIM_STRIDE', (1,), ('SF_PAGE_BYTES', 'SF_X_OFFSET', 'SF_X_HEAD_STRIDE'))
+_WORD_SCALES = (32, 'SF_X_BLOCK_STRIDE', 'SF_X_DIM_STRIDE', (1,), ('V_SF_PAGE_STRIDE', 'SF_X_OFFSET', 'SF_X_HEAD_STRIDE'))
 # Each op's tensors in a fixed order (for launch plans and aliasing checks), and which of them it writes.
 _CACHE_NAMES = tuple(f"cache.{field}" for field in Cache._fields)
 # The call-time scales (one float32 tensor per plane and given group), which follow the cache.
@@ -123,6 +130,8 @@ def _geometry(page_size: int, heads: int, values: int) -> dict:
         SF_X_HEAD_STRIDE=values * (page_size // 32),
         SF_X_DIM_STRIDE=page_size // 32,
         SF_X_BLOCK_STRIDE=1,
+        V_CACHE_PAGE_STRIDE=page_size * heads * values,
+        V_SF_PAGE_STRIDE=heads * values * (page_size // 32),
     )
 
 
@@ -335,12 +344,43 @@ _FIELDS_APART = "each cache field needs a buffer of its own"
 
 def _check_fields_apart(cache) -> None:
     """Each cache field is a buffer of its own: where two share bytes (one tensor passed for both),
-    one field's bytes would be read or written as the other's. Tensors the later checks refuse
-    (not dense or contiguous, no data, on another device) are left to them."""
+    one field's bytes would be read or written as the other's; interleaved page-strided views (vLLM's
+    kv_cache[:, 0] and [:, 1]) are apart. Tensors the later checks refuse (not dense, pages not
+    contiguous, no data, on another device) are left to them."""
     if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not (t.is_nested or t.is_meta)
-               and t.is_contiguous() for t in cache) or len({t.device for t in cache}) > 1:
+               and (t.is_contiguous() or _pages_contiguous(t)) for t in cache) or len({t.device for t in cache}) > 1:
         return
     _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), _FIELDS_APART)
+
+
+def _pages_contiguous(t: torch.Tensor) -> bool:
+    """Whether t is a tensor of whole pages, each contiguous, whatever the step between them: every
+    dim but the first contiguous (a page-strided view: vLLM's kv_cache[:, 0] of a (num_blocks, 2,
+    ...) tensor, or a cache padded per page)."""
+    if t.dim() < 2:
+        return False
+    expected = 1
+    for n, s in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _page_stride(field: str, t: torch.Tensor, page_bytes: int, align: int) -> int:
+    """The bytes from one page of a page-strided cache tensor to the next (its first dim's stride),
+    checked: positive, at least a page (pages may not overlap) and a multiple of the field's alignment
+    (the kernels' typed loads stay aligned)."""
+    stride = t.stride(0) * t.element_size()
+    if t.shape[0] > 1 and stride < page_bytes:
+        raise ValueError(f"cache.{field}: its pages are {stride} bytes apart (strides {tuple(t.stride())}), fewer than "
+                         f"the {page_bytes} bytes of a page: pages would overlap; pass a view whose pages are at "
+                         "least a page apart")
+    if stride % align:
+        raise ValueError(f"cache.{field}: its pages are {stride} bytes apart (strides {tuple(t.stride())}), not a "
+                         f"multiple of {align}: the kernels load and store {align}-byte values in it; pass a view "
+                         f"whose pages are a multiple of {align} bytes apart")
+    return stride
 
 
 def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:
@@ -390,21 +430,31 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
         if misplaced is None:
             raise
         raise ValueError(misplaced) from None
-    pages = {}
-    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
+    pages, strides = {}, {}
+    for i, (field, t, page_bytes) in enumerate(zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES))):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
-        if not t.is_contiguous():        # (pages back to back: a view of every other page, or of some heads, is not)
-            raise ValueError(f"cache.{field}: must be contiguous, got shape {tuple(t.shape)} with strides "
-                             f"{tuple(t.stride())}")
+        strided = not t.is_contiguous()
+        if strided and not _pages_contiguous(t):   # (a view of some heads or values of each page, or transposed)
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} is not a tensor "
+                             "of whole contiguous pages; pass a contiguous tensor, or a view whose first dim steps "
+                             "over whole pages (such as vLLM's kv_cache[:, 0])")
         nbytes = t.numel() * t.element_size()
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
-        # instead be flat or count slots first.
-        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and (
+        # instead be flat or count slots first (contiguous only).
+        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and not strided and (
                 t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
             pages[field] = nbytes // page_bytes
+            if strided:
+                strides[_PAGE_STRIDE_NAMES[i]] = _page_stride(field, t, page_bytes, _FIELD_ALIGN[i])
             continue
+        if strided and t.dim() >= 2 and nbytes and not nbytes % page_bytes:
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} steps over bytes "
+                             f"between rows that are not pages of {page_bytes} bytes (page_size={page_size}); a view "
+                             "that is not contiguous must count pages in its first dim")
         raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw, from_records))
+    if strides:                          # the kernels step through a strided field's pages by its stride
+        geo = {**geo, **strides}
     counts = list(pages.values())
     num_pages = max(counts, key=counts.count)        # the count most tensors share
     odd = [field for field, n in pages.items() if n != num_pages]
@@ -809,12 +859,14 @@ def _check_distinct_elements(name: str, t: torch.Tensor) -> None:
 
 
 def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors of one shape, strides and element size share a byte, from the offset
-    between them alone (interleaved slices of one workspace do not): the offset must be a sum of
-    per-dim steps of fewer than that dim's size, plus less than an element."""
+    """Whether two tensors share a byte, for views whose spans cross but whose elements may
+    interleave (slices of one workspace, vLLM's kv_cache[:, 0] and [:, 1]). Tensors of one shape,
+    strides and element size: exactly, from the offset between them alone (it must be a sum of
+    per-dim steps of fewer than that dim's size, plus less than an element); others: by their first
+    dims' entries (pages) where those step alike (_pages_overlap); otherwise taken as overlapping."""
     dims = _nested_dims(a)
     if dims is None or a.shape != b.shape or a.stride() != b.stride() or a.element_size() != b.element_size():
-        return True                  # not decided here: taken as overlapping
+        return _pages_overlap(a, b)
 
     def reach(rest: int, k: int) -> bool:
         if k == len(dims):
@@ -823,6 +875,26 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         q = rest // s
         return any(abs(j) < n and reach(rest - j * s, k + 1) for j in (q, q + 1))
     return reach(b.data_ptr() - a.data_ptr(), 0)
+
+
+def _pages_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors whose first dims step by one number of bytes (a page stride; a first dim of
+    one entry steps as the other's) share a byte, each entry taken as the whole span of its bytes:
+    a's page i and b's page j meet when -(b's page span) < offset + (j - i) * stride < a's page span.
+    True (not decided here) for other tensors."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.dim() == 0 or b.dim() == 0 or _nested_dims(a) is None or _nested_dims(b) is None:
+        return True
+    steps = {t.stride(0) * t.element_size() for t in (a, b) if t.shape[0] > 1}
+    if len(steps) != 1 or min(steps) <= 0:
+        return True
+    (step,) = steps
+    span_a, span_b = _extent(a[0]), _extent(b[0])
+    offset = b.data_ptr() - a.data_ptr()
+    lowest = max(1 - a.shape[0], (-span_b - offset) // step + 1)     # the least j - i with a meeting
+    highest = min(b.shape[0] - 1, (span_a - offset - 1) // step)     # the most
+    return lowest <= highest
 
 
 def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = (),
@@ -957,14 +1029,16 @@ class _Plan:
             _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
 
-    def check_fields_apart(self, pointers: list, start: int) -> None:
-        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES) share no byte, as the checked
-        path requires (_check_fields_apart); skipped for the fields' pointers last found apart. The
-        signature keeps every field's shape and strides, so one tensor passed for two fields, or
-        overlapping views at other addresses, would replay unchecked."""
-        fields = pointers[start:start + len(_CACHE_NAMES)]
+    def check_fields_apart(self, pointers: list, start: int, tensors: tuple) -> None:
+        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES, of the call's `tensors`)
+        share no byte, as the checked path requires (_check_fields_apart); skipped for the fields'
+        pointers last found apart. The signature keeps every field's shape and strides, so one
+        tensor passed for two fields, or overlapping views at other addresses, would replay
+        unchecked."""
+        end = start + len(_CACHE_NAMES)
+        fields = pointers[start:end]
         if fields != self.fields_apart:
-            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:start + len(fields)], (),
+            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:end], tensors[start:end],
                             _FIELDS_APART)
             self.fields_apart = fields
 
@@ -1809,8 +1883,8 @@ def _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written,
 
 # --- the two append kernels' programs --------------------------------------------------------------
 # Each generated kernel passes its plane's tensors and its geometry under these names: a record's
-# bytes at page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE,
-# a block's exponent byte at page * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE +
+# bytes at page * REC_PAGE_STRIDE + REC_OFFSET + slot * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE,
+# a block's exponent byte at page * SC_PAGE_STRIDE + SC_OFFSET + head * SC_HEAD_STRIDE +
 # block * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE (the model's strides; append layouts split no
 # coordinate).
 
@@ -1828,8 +1902,8 @@ def _outside_sink_block(block):
 def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, head, dim, ok,
                     HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
                     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                    REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                    SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                    REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                    SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                     SC_DIM_STRIDE: tl.constexpr):
     """An entry alone in its block: its row's [heads, value indices] tile merged with the block's stored
     exponents (a fresh block starts over), written, and the block's other slots rescaled where an
@@ -1842,10 +1916,10 @@ def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entr
     scales = scales_ptr.to(tl.pointer_type(tl.uint8))
     # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
     x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + head[:, None] * x_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
-    sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+    sc_addr = scales + page * SC_PAGE_STRIDE + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
     if WORD > 0:
         # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
-        stored = _ue8m0_word_bytes(scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
+        stored = _ue8m0_word_bytes(scales + page * SC_PAGE_STRIDE + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
     else:
         stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
     # A fresh block (its first slot written now) starts over from the smallest exponent.
@@ -1854,7 +1928,7 @@ def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entr
     else:
         byte_old = tl.where(fresh, _EXPONENT_LO + _UE8M0_BIAS, stored)
     byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + _UE8M0_BIAS)
-    new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+    new_row = page * REC_PAGE_STRIDE + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
     tl.store(records + new_row, _encode_codes(x * _multiplier(byte - _UE8M0_BIAS)), mask=ok)
     grown = (byte > byte_old) & ok
     if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
@@ -1864,19 +1938,19 @@ def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entr
         if ~fresh:
             if WORD_RESCALE:
                 _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_TILE, COLUMNS,
-                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                     SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                     SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
             else:
                 _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, grown,
-                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                     SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                     SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
 
 
 @triton.jit
 def _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr,
                          PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                         REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                         SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                          SC_DIM_STRIDE: tl.constexpr):
     """The lone row's block: its other slots rescaled where an exponent grew (byte_old -> byte), as
     32-bit words of 4 codes (inline PTX, see _rescale_words), 8 slots at a time; byte addresses of
@@ -1887,31 +1961,31 @@ def _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_
     written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
     words = records.to(tl.pointer_type(tl.int32))
     for r in range(0, _BLOCK, 8):
-        row0 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row1 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row2 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row3 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row4 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row5 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row6 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row7 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row0 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row1 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row2 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row3 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row4 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row5 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row6 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row7 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
         _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
 
 
 @triton.jit
 def _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, grown,
                          PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                         REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                         SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                          SC_DIM_STRIDE: tl.constexpr):
     """The lone row's block: its other slots rescaled where an exponent grew, code by code, 4 slots at a time."""
     factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
     written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
     for r in range(0, _BLOCK, 4):
-        row0 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-        row1 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-        row2 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-        row3 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row0 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row1 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row2 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row3 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
         _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
 
 
@@ -1919,8 +1993,8 @@ def _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, gro
 def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head, dim,
                      HEAD_TILE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
                      PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                     REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                     SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                     REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                     SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                      SC_DIM_STRIDE: tl.constexpr):
     """A short fresh run's entry (at most SHORT_RUN rows: dealt out, its slices would take several
     rounds): it writes its own row, as a lone entry does, from the exponents of all the run's rows;
@@ -1938,11 +2012,11 @@ def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, ent
         offsets = part_head[:, None] * x_stride_h + dim[None, :]
         exponent = _fresh_exponents(_rows_magnitude(x_ptr + (entry - part).to(tl.int64) * x_stride_t, offsets, x_stride_t, part_ok, run, SHORT_RUN))
         x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
-        new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        new_row = page * REC_PAGE_STRIDE + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
         tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
         if part == 0:
             # The run's first entry writes the exponents.
-            sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+            sc_addr = scales + page * SC_PAGE_STRIDE + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
             tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=part_ok)
 
 
@@ -1950,8 +2024,8 @@ def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, ent
 def _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head,
                       HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr, SLICE: tl.constexpr,
                       PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                      REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                      SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                      REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                      SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                       SC_DIM_STRIDE: tl.constexpr):
     """A fresh run's entry: slices `part`, part + run, ... of the program's tile (SLICE value indices of
     one head each), every row of the run in each, with the block's exponents."""
@@ -1971,9 +2045,9 @@ def _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, en
         exponent = _fresh_exponents(magnitude)
         multiplier = _multiplier(exponent)
         for i in tl.static_range(_BLOCK):
-            block_row = page * REC_PAGE_BYTES + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
+            block_row = page * REC_PAGE_STRIDE + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
             tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
-        sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
+        sc_addr = scales + page * SC_PAGE_STRIDE + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
         tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=slice_ok)
 
         piece += run
@@ -1986,8 +2060,8 @@ def _append_lone_program(
         FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
         PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
         PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
     """The entries alone in their block (none of the _BLOCK - 1 entries before or after lands in it:
     every row of a decode step), for one plane: the source rows x (x_stride_t, x_stride_h elements
@@ -2045,8 +2119,8 @@ def _append_lone_program(
                 tl.extra.cuda.gdc_launch_dependents()
             _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, head, dim, ok,
                             HEAD_TILE, COLUMNS, WORD, WORD_RESCALE,
-                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                            SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                            SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
         elif FRESH_RUNS:
             run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
             # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
@@ -2057,13 +2131,13 @@ def _append_lone_program(
                 # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
                 _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head, dim,
                                  HEAD_TILE, SHORT_RUN, SHORT_HEADS,
-                                 PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                 SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                 PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                 SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
             elif _slot_written(loc, num_slots) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)) & _outside_sink_block(loc // _BLOCK):
                 _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head,
                                   HEAD_TILE, COLUMNS, SLICE,
-                                  PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                  SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                  PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                  SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
         if CHUNKS > 1:
             entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
         else:
@@ -2074,8 +2148,8 @@ def _append_lone_program(
 def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
                 loc_ptr, n_tokens, num_slots, ENTRIES: tl.constexpr, RESCALE_ROWS: tl.constexpr,
                 PRELOADED: tl.constexpr, PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
     """The runs kernel's candidate at window entry k: if it leads its block (no earlier entry of the
     _BLOCK before it lands there), merge the block's new rows with its stored exponents, write them
@@ -2102,7 +2176,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
         x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
     # The block's stored exponents, unless the leader itself starts the block.
     dim_ok = dim < VALUES
-    sc_addr = scales + page_k * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE + first_slot // _BLOCK * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE
+    sc_addr = scales + page_k * SC_PAGE_STRIDE + SC_OFFSET + head * SC_HEAD_STRIDE + first_slot // _BLOCK * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE
     stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - _UE8M0_BIAS
     before = n - _BLOCK + window
     before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
@@ -2114,7 +2188,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
         if whole:
             x = _convert(x_ahead, tl.float32)
             exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
-            block_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + window)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            block_row = page_k * REC_PAGE_STRIDE + REC_OFFSET + (first_slot + window)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
             tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
             tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
         else:
@@ -2131,7 +2205,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
             in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
             exponent_old = tl.where(in_use, stored, _EXPONENT_LO)
             exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
-            member_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (member_loc % PAGE_SIZE)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            member_row = page_k * REC_PAGE_STRIDE + REC_OFFSET + (member_loc % PAGE_SIZE)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
             tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
             tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
             if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
@@ -2139,7 +2213,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
                 for r in range(0, _BLOCK, RESCALE_ROWS):
                     part = r + tl.arange(0, RESCALE_ROWS)
                     kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
-                    kept_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + part)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+                    kept_row = page_k * REC_PAGE_STRIDE + REC_OFFSET + (first_slot + part)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
                     _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
 
     return after
@@ -2151,8 +2225,8 @@ def _append_runs_program(
         ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr,
         FRESH_RUNS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
         PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
     """The blocks with several new rows, for one plane: ENTRIES consecutive loc entries, one head and
     COLUMNS value indices per program. PRELOAD (big calls, prefill-like): each program's first
@@ -2210,13 +2284,13 @@ def _append_runs_program(
         if k == 0:
             k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
                             loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, True,
-                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
     while k < ENTRIES:
         k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, 0, records, scales,
                         loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, False,
-                        PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                        PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
 
     if PDL & (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
         # Launched early (programmatic dependent launch): the grid ends after the lone kernel, so later
@@ -2238,7 +2312,8 @@ def _append_lone_kernel(
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
-    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
+    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr, V_CACHE_PAGE_STRIDE: tl.constexpr,
+    V_SF_PAGE_STRIDE: tl.constexpr,
 ):
     """The entries alone in their 32-slot block (a decode step's rows), and in small calls the fresh
     runs: one program of _append_lone_program per (entry or CHUNKS entries, plane and HEAD_TILE heads,
@@ -2247,8 +2322,8 @@ def _append_lone_kernel(
         v_ptr, v_stride_t, v_stride_h, loc_ptr, n_tokens, num_slots, v_cache_ptr, v_sf_ptr,
         HEAD_TILE, HEAD_TILES, CHUNKS, COLUMNS, FRESH_RUNS, SLICE, SHORT_RUN, SHORT_HEADS, PDL, RELEASE_RUNS,
         WORD, WORD_RESCALE, PAGE_SIZE, HEADS, VALUES,
-        CACHE_PAGE_BYTES, CACHE_RECORDS_OFFSET, CACHE_RECORDS_SLOT_STRIDE, CACHE_RECORDS_HEAD_STRIDE,
-        SF_PAGE_BYTES, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
+        V_CACHE_PAGE_STRIDE, CACHE_RECORDS_OFFSET, CACHE_RECORDS_SLOT_STRIDE, CACHE_RECORDS_HEAD_STRIDE,
+        V_SF_PAGE_STRIDE, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
 
 
 @triton.jit
@@ -2262,20 +2337,21 @@ def _append_runs_kernel(
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
-    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
+    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr, V_CACHE_PAGE_STRIDE: tl.constexpr,
+    V_SF_PAGE_STRIDE: tl.constexpr,
 ):
     """The blocks with several new rows, by their leaders: one program of _append_runs_program per
     ENTRIES loc entries, plane and head, COLUMNS value indices. See there and docs/design.md."""
     _append_runs_program(
         v_ptr, v_stride_t, v_stride_h, loc_ptr, n_tokens, num_slots, v_cache_ptr, v_sf_ptr,
         ENTRIES, COLUMNS, RESCALE_ROWS, PRELOAD, FRESH_RUNS, PDL, EARLY_RELEASE, PAGE_SIZE, HEADS, VALUES,
-        CACHE_PAGE_BYTES, CACHE_RECORDS_OFFSET, CACHE_RECORDS_SLOT_STRIDE, CACHE_RECORDS_HEAD_STRIDE,
-        SF_PAGE_BYTES, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
+        V_CACHE_PAGE_STRIDE, CACHE_RECORDS_OFFSET, CACHE_RECORDS_SLOT_STRIDE, CACHE_RECORDS_HEAD_STRIDE,
+        V_SF_PAGE_STRIDE, SF_X_OFFSET, SF_X_HEAD_STRIDE, SF_X_BLOCK_STRIDE, SF_X_DIM_STRIDE)
 
 
 # The layout's facts for the host side of the append (codegen/runtime/append_host.py).
 _WORD_RESCALE_CODES = True     # its codes take the inline-PTX word rescale
-_RECORD_WORD_ALIGNED = ('CACHE_PAGE_BYTES', 'CACHE_RECORDS_OFFSET', 'CACHE_RECORDS_SLOT_STRIDE', 'CACHE_RECORDS_HEAD_STRIDE')
+_RECORD_WORD_ALIGNED = ('V_CACHE_PAGE_STRIDE', 'CACHE_RECORDS_OFFSET', 'CACHE_RECORDS_SLOT_STRIDE', 'CACHE_RECORDS_HEAD_STRIDE')
 def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, pdl: bool | None = None) -> None:
     """Append rows to the seq-blocked cache, one ue8m0 exponent per 32-slot block, head and value index.
 
@@ -2300,7 +2376,7 @@ def append(v: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: int, *, 
     tensors = (loc, v, *cache) if isinstance(cache, tuple) else None
     plan, key, pointers = _find(_PLANS["append"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache), PTX_RESCALE))
     if plan is not None:      # this call signature passed every check before: replay its launches
-        plan.check_fields_apart(pointers, _STORE_WRITTEN[0])
+        plan.check_fields_apart(pointers, _STORE_WRITTEN[0], tensors)
         plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
         plan.run(pointers, tensors)
         return
@@ -2399,7 +2475,8 @@ def _gather_dequant_kernel(
     X_TILES: tl.constexpr, CACHE_PAGE_BYTES: tl.constexpr, CACHE_RECORDS_OFFSET: tl.constexpr,
     CACHE_RECORDS_SLOT_STRIDE: tl.constexpr, CACHE_RECORDS_HEAD_STRIDE: tl.constexpr,
     SF_PAGE_BYTES: tl.constexpr, SF_X_OFFSET: tl.constexpr, SF_X_HEAD_STRIDE: tl.constexpr,
-    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr,
+    SF_X_DIM_STRIDE: tl.constexpr, SF_X_BLOCK_STRIDE: tl.constexpr, V_CACHE_PAGE_STRIDE: tl.constexpr,
+    V_SF_PAGE_STRIDE: tl.constexpr,
 ):
     """BLOCK_T token ids of one (plane, head) lane per program: read each slot's record and scales, write values.
 
@@ -2418,11 +2495,11 @@ def _gather_dequant_kernel(
     ok, page, slot = _read_targets(token_ids_ptr, token, in_range, num_slots, PAGE_SIZE)
     block = _block_in_page(slot)
     records = v_cache_ptr.to(tl.pointer_type(tl.uint8))
-    rec_row = page * CACHE_PAGE_BYTES + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
+    rec_row = page * V_CACHE_PAGE_STRIDE + CACHE_RECORDS_OFFSET + slot * CACHE_RECORDS_SLOT_STRIDE + head * CACHE_RECORDS_HEAD_STRIDE
     out_row = _row_offset(token, head, v_out_stride_t, v_out_stride_h)
     # x: codes times their scales at sf[head, dim, block]
     scales = v_sf_ptr.to(tl.pointer_type(tl.uint8))
-    sc_row = page * SF_PAGE_BYTES + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE
+    sc_row = page * V_SF_PAGE_STRIDE + SF_X_OFFSET + head * SF_X_HEAD_STRIDE + block * SF_X_BLOCK_STRIDE
     _dequantize_x(records, rec_row, scales, sc_row, ok, v_out_ptr, out_row, in_range, block,
         SC_STRIDE=SF_X_DIM_STRIDE, TILES=X_TILES, CHUNK=X_CHUNK,
         CANON_NAN=CANON_NAN, SCALE_EVICTION="evict_last", WORD=WORD)
@@ -2443,7 +2520,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     tensors = (token_ids, *cache, *given) if isinstance(cache, tuple) and given is not None else None
     plan, key, pointers = _find(_PLANS["gather_dequant"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
     if plan is not None:      # this call signature passed every check before: replay its launch
-        plan.check_fields_apart(pointers, 1)
+        plan.check_fields_apart(pointers, 1, tensors)
         if given:
             plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
             outs = given
@@ -2524,13 +2601,14 @@ def _gather_dequant_fake(cache, token_ids, *args):
 
 # --- page reset: every layout ---------------------------------------------------------------------
 @triton.jit
-def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
+def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, PAGE_STRIDE: tl.constexpr,
+                        BLOCK: tl.constexpr):
     """Zero every byte of one page of a cache tensor per program (page ids outside [0, num_pages)
-    are skipped), BLOCK bytes at a time."""
+    are skipped), BLOCK bytes at a time; pages start PAGE_STRIDE bytes apart."""
     page = tl.load(page_ids_ptr + tl.program_id(0)).to(tl.int64)
     # A skipped id writes nothing: its limit is 0 bytes.
     limit = tl.where((page >= 0) & (page < num_pages), PAGE_BYTES, 0)
-    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_BYTES
+    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_STRIDE
     for start in range(0, PAGE_BYTES, BLOCK):
         offsets = start + tl.arange(0, BLOCK)
         tl.store(first + offsets, tl.zeros([BLOCK], dtype=tl.uint8), mask=offsets < limit)
@@ -2553,7 +2631,9 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
         return
     for t in _kernel_cache(cache):
         page_bytes = t.numel() * t.element_size() // num_pages
-        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes,
+        # contiguous: pages back to back; page-strided (checked): its first dim's stride
+        page_stride = page_bytes if t.is_contiguous() else t.stride(0) * t.element_size()
+        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes, PAGE_STRIDE=page_stride,
                                                    BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
 
 
@@ -2580,7 +2660,10 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
         for t in cache:
-            t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            if t.is_contiguous():
+                t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            else:             # page-strided (checked): pages in its first dim, each contiguous
+                t.view(torch.uint8)[ids] = 0
 
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------
@@ -2904,6 +2987,19 @@ def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
     return _ref_decode(_ref_unpack(stored) if seg.packing == 2 else stored, seg.code)
 
 
+def _ref_pages(cache) -> tuple:
+    """The cache fields as the references address them (flat bytes, pages back to back): each
+    checked tensor itself, or a contiguous copy of a page-strided view (_ref_put_back writes it back)."""
+    return tuple(t if t.is_contiguous() else t.contiguous() for t in cache)
+
+
+def _ref_put_back(cache, fields: tuple) -> None:
+    """Copy _ref_pages' copies of page-strided views back into them (the bytes between pages untouched)."""
+    for t, f in zip(cache, fields):
+        if f is not t:
+            t.copy_(f)
+
+
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
     """The uint8 view of the Cache field holding a plane's `index`-th buffer."""
     return _ref_bytes(cache[_REF_PLANE_FIELDS[plane][index]])
@@ -2939,6 +3035,7 @@ def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) ->
 def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, scales: tuple = ()):
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, scales)
+    cache = _ref_pages(cache)
     G = SimpleNamespace(**geo)
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
@@ -2972,6 +3069,7 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
     before it leads the rows of its block in the window after it (see docs/design.md, append)."""
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    fields = _ref_pages(cache)
     G = SimpleNamespace(**geo)
     n_tokens, heads, values = srcs[0].shape
     T = SCALE_GROUP_TOKENS
@@ -3000,8 +3098,8 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
         kept = torch.tensor([s for s in range(T) if s not in written], dtype=torch.int64, device=device)
         kept_slot = first_loc % page_size + kept
         for plane, x in enumerate(srcs):
-            records = _ref_plane_fields(cache, plane, _REF_RECORDS)
-            scales = _ref_plane_fields(cache, plane, seg.scale_field)
+            records = _ref_plane_fields(fields, plane, _REF_RECORDS)
+            scales = _ref_plane_fields(fields, plane, seg.scale_field)
             sc_addr = seg.scale_row(G, plane, page, None, head, block) + dim * seg.scale_stride   # (heads, values)
             stored = scales[sc_addr].to(torch.int32) - g.bias
             rows = x[hit].to(torch.float32)                                              # (hits, heads, values)
@@ -3018,6 +3116,7 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
             new_row = _ref_record_row(G, plane, page, new_slots[:, None, None], head) + seg.byte_offset + dim
             records[new_row] = _ref_encode(rows * multiplier, seg.code)
             scales[sc_addr] = (exponent + g.bias).to(torch.uint8)
+    _ref_put_back(cache, fields)
 
 
 # Element formats (of values, and of fp8 scales): spec dtype -> (torch dtype, fmax, NaN code, bits per code).

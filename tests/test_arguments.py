@@ -1052,18 +1052,27 @@ def test_clear_plans_takes_a_changed_launch_shape(monkeypatch):
     assert m._launch_shape("quantize", 128) == before
 
 
-def test_strided_cache_views_are_refused_with_their_strides():
+def test_vllm_flashinfer_halves_are_written_as_contiguous_caches():
     """vLLM's FlashInfer backend passes kv_cache[:, 0] and kv_cache[:, 1] of a (num_blocks, 2, ...)
-    tensor: every other page of its storage, which no layout op addresses. The ValueError names the
-    caller's tensor and shows its strides; nothing is written."""
+    tensor to reshape_and_cache_flash: every other page of its storage. They get the bytes
+    separate contiguous caches get. Its HND views (heads before slots in each page) are no layout's
+    order: the ValueError names the caller's tensor and shows its strides, and nothing is written."""
     flash = pytest.importorskip("generated.compat.vllm_flash")
     kv = torch.zeros(4, 2, 16, 2, 64, dtype=torch.uint8, device=DEVICE)
     key = scaled_normal((3, 2, 64), generator(47)).to(DEVICE)
-    scale = torch.ones(1, device=DEVICE)
-    raises(r"^key_cache: must be contiguous, got shape \(4, 16, 2, 64\) with strides \(4096, 128, 64, 1\)$",
-           flash.reshape_and_cache_flash, key, key, kv[:, 0], kv[:, 1], torch.tensor([0, 5, 9], device=DEVICE),
+    value = scaled_normal((3, 2, 64), generator(48)).to(DEVICE)
+    slots = torch.tensor([0, 5, 37], device=DEVICE)
+    scale = torch.full((1,), 0.25, device=DEVICE)
+    flash.reshape_and_cache_flash(key, value, kv[:, 0], kv[:, 1], slots, "fp8", scale, scale)
+    k_cache, v_cache = torch.zeros(2, 4, 16, 2, 64, dtype=torch.uint8, device=DEVICE)
+    flash.reshape_and_cache_flash(key, value, k_cache, v_cache, slots, "fp8", scale, scale)
+    assert k_cache.any() and torch.equal(kv[:, 0], k_cache) and torch.equal(kv[:, 1], v_cache)
+    hnd = torch.zeros(4, 2, 2, 16, 64, dtype=torch.uint8, device=DEVICE)     # (num_blocks, 2, heads, slots, dim)
+    raises(r"^key_cache: shape \(4, 16, 2, 64\) with strides \(4096, 64, 1024, 1\) is not a tensor of whole "
+           r"contiguous pages; ",
+           flash.reshape_and_cache_flash, key, value, hnd[:, 0].transpose(1, 2), hnd[:, 1].transpose(1, 2), slots,
            "fp8", scale, scale)
-    assert not kv.any()
+    assert not hnd.any()
 
 
 def test_vllm_compat_writers_count_tokens_as_vllm_does():

@@ -229,8 +229,8 @@ def _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written,
 
 # --- the two append kernels' programs --------------------------------------------------------------
 # Each generated kernel passes its plane's tensors and its geometry under these names: a record's
-# bytes at page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE,
-# a block's exponent byte at page * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE +
+# bytes at page * REC_PAGE_STRIDE + REC_OFFSET + slot * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE,
+# a block's exponent byte at page * SC_PAGE_STRIDE + SC_OFFSET + head * SC_HEAD_STRIDE +
 # block * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE (the model's strides; append layouts split no
 # coordinate).
 
@@ -248,8 +248,8 @@ def _outside_sink_block(block):
 def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, head, dim, ok,
                     HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
                     PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                    REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                    SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                    REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                    SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                     SC_DIM_STRIDE: tl.constexpr):
     """An entry alone in its block: its row's [heads, value indices] tile merged with the block's stored
     exponents (a fresh block starts over), written, and the block's other slots rescaled where an
@@ -262,10 +262,10 @@ def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entr
     scales = scales_ptr.to(tl.pointer_type(tl.uint8))
     # Tiles [heads, value indices]: the new values; the block's exponents as stored (ue8m0 bytes).
     x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + head[:, None] * x_stride_h + dim[None, :], mask=ok, other=0.0), tl.float32)
-    sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+    sc_addr = scales + page * SC_PAGE_STRIDE + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
     if WORD > 0:
         # A value index's blocks fill one aligned word: whole words along the value indices, then the block's byte.
-        stored = _ue8m0_word_bytes(scales + page * SC_PAGE_BYTES + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
+        stored = _ue8m0_word_bytes(scales + page * SC_PAGE_STRIDE + SC_OFFSET + head[:, None] * SC_HEAD_STRIDE, dim[None, :], block, ok, WORD, "")
     else:
         stored = tl.load(sc_addr, mask=ok, other=0).to(tl.int32)
     # A fresh block (its first slot written now) starts over from the smallest exponent.
@@ -274,7 +274,7 @@ def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entr
     else:
         byte_old = tl.where(fresh, _EXPONENT_LO + _UE8M0_BIAS, stored)
     byte = tl.maximum(byte_old, _block_exponent(_magnitude_bits(x)) + _UE8M0_BIAS)
-    new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+    new_row = page * REC_PAGE_STRIDE + REC_OFFSET + slot * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
     tl.store(records + new_row, _encode_codes(x * _multiplier(byte - _UE8M0_BIAS)), mask=ok)
     grown = (byte > byte_old) & ok
     if (tl.reduce(tl.where(ok, byte ^ byte_old, 0), None, _bit_or) != 0) | fresh:    # integer bits: cheaper than a max of booleans
@@ -284,19 +284,19 @@ def _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entr
         if ~fresh:
             if WORD_RESCALE:
                 _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_TILE, COLUMNS,
-                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                     SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                     SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
             else:
                 _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, grown,
-                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                     SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                     PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                     SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
 
 
 @triton.jit
 def _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr,
                          PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                         REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                         SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                          SC_DIM_STRIDE: tl.constexpr):
     """The lone row's block: its other slots rescaled where an exponent grew (byte_old -> byte), as
     32-bit words of 4 codes (inline PTX, see _rescale_words), 8 slots at a time; byte addresses of
@@ -307,31 +307,31 @@ def _rescale_block_words(records, page, slot, head, byte_old, byte, grown, HEAD_
     written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(merge)    # the new row's slot in the block, as a tile
     words = records.to(tl.pointer_type(tl.int32))
     for r in range(0, _BLOCK, 8):
-        row0 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row1 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row2 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row3 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row4 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row5 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row6 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
-        row7 = words + ((page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row0 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row1 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row2 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row3 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row4 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 4) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row5 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 5) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row6 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 6) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
+        row7 = words + ((page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 7) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE) >> 2) + word[None, :]
         _rescale_word_slots(row0, row1, row2, row3, row4, row5, row6, row7, written - r, words_ok, factor_lo, factor_hi, merge)
 
 
 @triton.jit
 def _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, grown,
                          PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                         REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                         SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                         REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                         SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                          SC_DIM_STRIDE: tl.constexpr):
     """The lone row's block: its other slots rescaled where an exponent grew, code by code, 4 slots at a time."""
     factor = _exp2i(byte_old - byte)          # old over new scale: an exact power of two
     written = (slot % _BLOCK).to(tl.int32) + tl.zeros_like(byte)    # the new row's slot in the block, as a tile
     for r in range(0, _BLOCK, 4):
-        row0 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-        row1 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-        row2 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
-        row3 = records + page * REC_PAGE_BYTES + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row0 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 0) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row1 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 1) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row2 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 2) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        row3 = records + page * REC_PAGE_STRIDE + REC_OFFSET + (slot - slot % _BLOCK + r + 3) * REC_SLOT_STRIDE + head[:, None] * REC_HEAD_STRIDE + dim[None, :]
         _rescale_slots(row0, row1, row2, row3, written - r, ok, grown, factor)
 
 
@@ -339,8 +339,8 @@ def _rescale_block_bytes(records, page, slot, head, dim, ok, byte_old, byte, gro
 def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head, dim,
                      HEAD_TILE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
                      PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                     REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                     SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                     REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                     SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                      SC_DIM_STRIDE: tl.constexpr):
     """A short fresh run's entry (at most SHORT_RUN rows: dealt out, its slices would take several
     rounds): it writes its own row, as a lone entry does, from the exponents of all the run's rows;
@@ -358,11 +358,11 @@ def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, ent
         offsets = part_head[:, None] * x_stride_h + dim[None, :]
         exponent = _fresh_exponents(_rows_magnitude(x_ptr + (entry - part).to(tl.int64) * x_stride_t, offsets, x_stride_t, part_ok, run, SHORT_RUN))
         x = _convert(tl.load(x_ptr + entry.to(tl.int64) * x_stride_t + offsets, mask=part_ok, other=0.0), tl.float32)
-        new_row = page * REC_PAGE_BYTES + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
+        new_row = page * REC_PAGE_STRIDE + REC_OFFSET + slot * REC_SLOT_STRIDE + part_head[:, None] * REC_HEAD_STRIDE + dim[None, :]
         tl.store(records + new_row, _encode_codes(x * _multiplier(exponent)), mask=part_ok)
         if part == 0:
             # The run's first entry writes the exponents.
-            sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
+            sc_addr = scales + page * SC_PAGE_STRIDE + SC_OFFSET + part_head[:, None] * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + dim[None, :] * SC_DIM_STRIDE
             tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=part_ok)
 
 
@@ -370,8 +370,8 @@ def _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, ent
 def _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head,
                       HEAD_TILE: tl.constexpr, COLUMNS: tl.constexpr, SLICE: tl.constexpr,
                       PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-                      REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-                      SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+                      REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+                      SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
                       SC_DIM_STRIDE: tl.constexpr):
     """A fresh run's entry: slices `part`, part + run, ... of the program's tile (SLICE value indices of
     one head each), every row of the run in each, with the block's exponents."""
@@ -391,9 +391,9 @@ def _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, en
         exponent = _fresh_exponents(magnitude)
         multiplier = _multiplier(exponent)
         for i in tl.static_range(_BLOCK):
-            block_row = page * REC_PAGE_BYTES + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
+            block_row = page * REC_PAGE_STRIDE + REC_OFFSET + (slot - part + i) * REC_SLOT_STRIDE + slice_head * REC_HEAD_STRIDE + slice_dim
             tl.store(records + block_row, _encode_codes(values[i] * multiplier), mask=slice_ok & (tl.zeros_like(slice_dim) + i < run))
-        sc_addr = scales + page * SC_PAGE_BYTES + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
+        sc_addr = scales + page * SC_PAGE_STRIDE + SC_OFFSET + slice_head * SC_HEAD_STRIDE + block * SC_BLOCK_STRIDE + slice_dim * SC_DIM_STRIDE
         tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=slice_ok)
 
         piece += run
@@ -406,8 +406,8 @@ def _append_lone_program(
         FRESH_RUNS: tl.constexpr, SLICE: tl.constexpr, SHORT_RUN: tl.constexpr, SHORT_HEADS: tl.constexpr,
         PDL: tl.constexpr, RELEASE_RUNS: tl.constexpr, WORD: tl.constexpr, WORD_RESCALE: tl.constexpr,
         PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
     """The entries alone in their block (none of the _BLOCK - 1 entries before or after lands in it:
     every row of a decode step), for one plane: the source rows x (x_stride_t, x_stride_h elements
@@ -465,8 +465,8 @@ def _append_lone_program(
                 tl.extra.cuda.gdc_launch_dependents()
             _write_lone_row(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, head, dim, ok,
                             HEAD_TILE, COLUMNS, WORD, WORD_RESCALE,
-                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                            SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                            SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
         elif FRESH_RUNS:
             run = _fresh_run_rows(loc, before_loc, after_loc, num_slots)
             # The entry's share of its fresh run: slices `part` (its row, its slot's place in the block),
@@ -477,13 +477,13 @@ def _append_lone_program(
                 # entry writes its own row, as a lone entry does, from the exponents of all the run's rows.
                 _write_short_run(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head, dim,
                                  HEAD_TILE, SHORT_RUN, SHORT_HEADS,
-                                 PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                 SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                 PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                 SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
             elif _slot_written(loc, num_slots) & (run > 0) & (part < HEAD_TILE * (COLUMNS // SLICE)) & _outside_sink_block(loc // _BLOCK):
                 _write_run_slices(x_ptr, x_stride_t, x_stride_h, records_ptr, scales_ptr, entry, loc, part, run, tile_head,
                                   HEAD_TILE, COLUMNS, SLICE,
-                                  PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                                  SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                                  PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                                  SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
         if CHUNKS > 1:
             entry = tl.min(tl.where(maybe & (scanned > entry), scanned, stop), axis=0)
         else:
@@ -494,8 +494,8 @@ def _append_lone_program(
 def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
                 loc_ptr, n_tokens, num_slots, ENTRIES: tl.constexpr, RESCALE_ROWS: tl.constexpr,
                 PRELOADED: tl.constexpr, PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
     """The runs kernel's candidate at window entry k: if it leads its block (no earlier entry of the
     _BLOCK before it lands there), merge the block's new rows with its stored exponents, write them
@@ -522,7 +522,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
         x_ahead = tl.load(src, mask=ahead[:, None] & (dim < VALUES)[None, :], other=0.0)
     # The block's stored exponents, unless the leader itself starts the block.
     dim_ok = dim < VALUES
-    sc_addr = scales + page_k * SC_PAGE_BYTES + SC_OFFSET + head * SC_HEAD_STRIDE + first_slot // _BLOCK * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE
+    sc_addr = scales + page_k * SC_PAGE_STRIDE + SC_OFFSET + head * SC_HEAD_STRIDE + first_slot // _BLOCK * SC_BLOCK_STRIDE + dim * SC_DIM_STRIDE
     stored = tl.load(sc_addr, mask=dim_ok & (tl.zeros_like(dim) + loc_k % _BLOCK != 0), other=0).to(tl.int32) - _UE8M0_BIAS
     before = n - _BLOCK + window
     before_block = _block_of(tl.load(loc_ptr + before, mask=before >= 0, other=-1), num_slots)
@@ -534,7 +534,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
         if whole:
             x = _convert(x_ahead, tl.float32)
             exponent = _fresh_exponents(tl.max(_magnitude_bits(x), axis=0))
-            block_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + window)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            block_row = page_k * REC_PAGE_STRIDE + REC_OFFSET + (first_slot + window)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
             tl.store(records + block_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=dim_ok[None, :])
             tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
         else:
@@ -551,7 +551,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
             in_use = dim_ok & (tl.zeros_like(dim) + fresh == 0)    # tensors: the interpreter rejects tensor & scalar masks
             exponent_old = tl.where(in_use, stored, _EXPONENT_LO)
             exponent = tl.maximum(exponent_old, _block_exponent(tl.max(_magnitude_bits(x), axis=0)))
-            member_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (member_loc % PAGE_SIZE)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+            member_row = page_k * REC_PAGE_STRIDE + REC_OFFSET + (member_loc % PAGE_SIZE)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
             tl.store(records + member_row, _encode_codes(x * _multiplier(exponent)[None, :]), mask=hit_ok)
             tl.store(sc_addr, (exponent + _UE8M0_BIAS).to(tl.uint8), mask=dim_ok)
             if tl.max(((exponent > exponent_old) & in_use).to(tl.int32), axis=0) > 0:
@@ -559,7 +559,7 @@ def _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stri
                 for r in range(0, _BLOCK, RESCALE_ROWS):
                     part = r + tl.arange(0, RESCALE_ROWS)
                     kept = tl.max((member_in_block[None, :] == part[:, None]).to(tl.int32), axis=1) == 0
-                    kept_row = page_k * REC_PAGE_BYTES + REC_OFFSET + (first_slot + part)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
+                    kept_row = page_k * REC_PAGE_STRIDE + REC_OFFSET + (first_slot + part)[:, None] * REC_SLOT_STRIDE + head * REC_HEAD_STRIDE + dim[None, :]
                     _rescale(records + kept_row, kept[:, None] & ((exponent > exponent_old) & in_use)[None, :], (exponent_old - exponent)[None, :])
 
     return after
@@ -571,8 +571,8 @@ def _append_runs_program(
         ENTRIES: tl.constexpr, COLUMNS: tl.constexpr, RESCALE_ROWS: tl.constexpr, PRELOAD: tl.constexpr,
         FRESH_RUNS: tl.constexpr, PDL: tl.constexpr, EARLY_RELEASE: tl.constexpr,
         PAGE_SIZE: tl.constexpr, HEADS: tl.constexpr, VALUES: tl.constexpr,
-        REC_PAGE_BYTES: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
-        SC_PAGE_BYTES: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
+        REC_PAGE_STRIDE: tl.constexpr, REC_OFFSET: tl.constexpr, REC_SLOT_STRIDE: tl.constexpr, REC_HEAD_STRIDE: tl.constexpr,
+        SC_PAGE_STRIDE: tl.constexpr, SC_OFFSET: tl.constexpr, SC_HEAD_STRIDE: tl.constexpr, SC_BLOCK_STRIDE: tl.constexpr,
         SC_DIM_STRIDE: tl.constexpr):
     """The blocks with several new rows, for one plane: ENTRIES consecutive loc entries, one head and
     COLUMNS value indices per program. PRELOAD (big calls, prefill-like): each program's first
@@ -630,13 +630,13 @@ def _append_runs_program(
         if k == 0:
             k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, x_own, records, scales,
                             loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, True,
-                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                            PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
     while k < ENTRIES:
         k = _lead_block(k, first, index, loc, candidate, window, head, dim, rows, x_stride_t, 0, records, scales,
                         loc_ptr, n_tokens, num_slots, ENTRIES, RESCALE_ROWS, False,
-                        PAGE_SIZE, HEADS, VALUES, REC_PAGE_BYTES, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
-                SC_PAGE_BYTES, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
+                        PAGE_SIZE, HEADS, VALUES, REC_PAGE_STRIDE, REC_OFFSET, REC_SLOT_STRIDE, REC_HEAD_STRIDE,
+                SC_PAGE_STRIDE, SC_OFFSET, SC_HEAD_STRIDE, SC_BLOCK_STRIDE, SC_DIM_STRIDE)
 
     if PDL & (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
         # Launched early (programmatic dependent launch): the grid ends after the lone kernel, so later

@@ -28,6 +28,7 @@ _PLANS: dict = {}
 _RECORDS_FIELD, _RECORDS_NAME, _RECORDS_INDEX, _RECORDS_DTYPE = "cache.stand_in", "stand_in", 0, torch.uint8
 _CACHE_NAMES: tuple = ()
 _PAGE_BYTES_NAMES: tuple = ()
+_PAGE_STRIDE_NAMES: tuple = ()
 _RECORD_FIELDS: tuple = ()
 _FIELD_ALIGN: tuple = ()
 _WORD_SCALES: tuple | None = None
@@ -243,12 +244,43 @@ _FIELDS_APART = "each cache field needs a buffer of its own"
 
 def _check_fields_apart(cache) -> None:
     """Each cache field is a buffer of its own: where two share bytes (one tensor passed for both),
-    one field's bytes would be read or written as the other's. Tensors the later checks refuse
-    (not dense or contiguous, no data, on another device) are left to them."""
+    one field's bytes would be read or written as the other's; interleaved page-strided views (vLLM's
+    kv_cache[:, 0] and [:, 1]) are apart. Tensors the later checks refuse (not dense, pages not
+    contiguous, no data, on another device) are left to them."""
     if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not (t.is_nested or t.is_meta)
-               and t.is_contiguous() for t in cache) or len({t.device for t in cache}) > 1:
+               and (t.is_contiguous() or _pages_contiguous(t)) for t in cache) or len({t.device for t in cache}) > 1:
         return
     _check_apart(_CACHE_NAMES, tuple(cache), tuple(range(len(cache))), _FIELDS_APART)
+
+
+def _pages_contiguous(t: torch.Tensor) -> bool:
+    """Whether t is a tensor of whole pages, each contiguous, whatever the step between them: every
+    dim but the first contiguous (a page-strided view: vLLM's kv_cache[:, 0] of a (num_blocks, 2,
+    ...) tensor, or a cache padded per page)."""
+    if t.dim() < 2:
+        return False
+    expected = 1
+    for n, s in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _page_stride(field: str, t: torch.Tensor, page_bytes: int, align: int) -> int:
+    """The bytes from one page of a page-strided cache tensor to the next (its first dim's stride),
+    checked: positive, at least a page (pages may not overlap) and a multiple of the field's alignment
+    (the kernels' typed loads stay aligned)."""
+    stride = t.stride(0) * t.element_size()
+    if t.shape[0] > 1 and stride < page_bytes:
+        raise ValueError(f"cache.{field}: its pages are {stride} bytes apart (strides {tuple(t.stride())}), fewer than "
+                         f"the {page_bytes} bytes of a page: pages would overlap; pass a view whose pages are at "
+                         "least a page apart")
+    if stride % align:
+        raise ValueError(f"cache.{field}: its pages are {stride} bytes apart (strides {tuple(t.stride())}), not a "
+                         f"multiple of {align}: the kernels load and store {align}-byte values in it; pass a view "
+                         f"whose pages are a multiple of {align} bytes apart")
+    return stride
 
 
 def _swap_error(cache, page_size: int, dims: tuple | None, device) -> str | None:
@@ -298,21 +330,31 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
         if misplaced is None:
             raise
         raise ValueError(misplaced) from None
-    pages = {}
-    for field, t, page_bytes in zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES)):
+    pages, strides = {}, {}
+    for i, (field, t, page_bytes) in enumerate(zip(Cache._fields, cache, (geo[name] for name in _PAGE_BYTES_NAMES))):
         _check_tensor(f"cache.{field}", t, None, None, device, written=True)
-        if not t.is_contiguous():        # (pages back to back: a view of every other page, or of some heads, is not)
-            raise ValueError(f"cache.{field}: must be contiguous, got shape {tuple(t.shape)} with strides "
-                             f"{tuple(t.stride())}")
+        strided = not t.is_contiguous()
+        if strided and not _pages_contiguous(t):   # (a view of some heads or values of each page, or transposed)
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} is not a tensor "
+                             "of whole contiguous pages; pass a contiguous tensor, or a view whose first dim steps "
+                             "over whole pages (such as vLLM's kv_cache[:, 0])")
         nbytes = t.numel() * t.element_size()
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
-        # instead be flat or count slots first.
-        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and (
+        # instead be flat or count slots first (contiguous only).
+        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and not strided and (
                 t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
             pages[field] = nbytes // page_bytes
+            if strided:
+                strides[_PAGE_STRIDE_NAMES[i]] = _page_stride(field, t, page_bytes, _FIELD_ALIGN[i])
             continue
+        if strided and t.dim() >= 2 and nbytes and not nbytes % page_bytes:
+            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} steps over bytes "
+                             f"between rows that are not pages of {page_bytes} bytes (page_size={page_size}); a view "
+                             "that is not contiguous must count pages in its first dim")
         raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw, from_records))
+    if strides:                          # the kernels step through a strided field's pages by its stride
+        geo = {**geo, **strides}
     counts = list(pages.values())
     num_pages = max(counts, key=counts.count)        # the count most tensors share
     odd = [field for field, n in pages.items() if n != num_pages]

@@ -102,12 +102,14 @@ def _check_distinct_elements(name: str, t: torch.Tensor) -> None:
 
 
 def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors of one shape, strides and element size share a byte, from the offset
-    between them alone (interleaved slices of one workspace do not): the offset must be a sum of
-    per-dim steps of fewer than that dim's size, plus less than an element."""
+    """Whether two tensors share a byte, for views whose spans cross but whose elements may
+    interleave (slices of one workspace, vLLM's kv_cache[:, 0] and [:, 1]). Tensors of one shape,
+    strides and element size: exactly, from the offset between them alone (it must be a sum of
+    per-dim steps of fewer than that dim's size, plus less than an element); others: by their first
+    dims' entries (pages) where those step alike (_pages_overlap); otherwise taken as overlapping."""
     dims = _nested_dims(a)
     if dims is None or a.shape != b.shape or a.stride() != b.stride() or a.element_size() != b.element_size():
-        return True                  # not decided here: taken as overlapping
+        return _pages_overlap(a, b)
 
     def reach(rest: int, k: int) -> bool:
         if k == len(dims):
@@ -116,6 +118,26 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         q = rest // s
         return any(abs(j) < n and reach(rest - j * s, k + 1) for j in (q, q + 1))
     return reach(b.data_ptr() - a.data_ptr(), 0)
+
+
+def _pages_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors whose first dims step by one number of bytes (a page stride; a first dim of
+    one entry steps as the other's) share a byte, each entry taken as the whole span of its bytes:
+    a's page i and b's page j meet when -(b's page span) < offset + (j - i) * stride < a's page span.
+    True (not decided here) for other tensors."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.dim() == 0 or b.dim() == 0 or _nested_dims(a) is None or _nested_dims(b) is None:
+        return True
+    steps = {t.stride(0) * t.element_size() for t in (a, b) if t.shape[0] > 1}
+    if len(steps) != 1 or min(steps) <= 0:
+        return True
+    (step,) = steps
+    span_a, span_b = _extent(a[0]), _extent(b[0])
+    offset = b.data_ptr() - a.data_ptr()
+    lowest = max(1 - a.shape[0], (-span_b - offset) // step + 1)     # the least j - i with a meeting
+    highest = min(b.shape[0] - 1, (span_a - offset - 1) // step)     # the most
+    return lowest <= highest
 
 
 def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = (),
@@ -250,14 +272,16 @@ class _Plan:
             _check_disjoint(names, pointers, written, self.extents, tensors)
             self.disjoint = pointers
 
-    def check_fields_apart(self, pointers: list, start: int) -> None:
-        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES) share no byte, as the checked
-        path requires (_check_fields_apart); skipped for the fields' pointers last found apart. The
-        signature keeps every field's shape and strides, so one tensor passed for two fields, or
-        overlapping views at other addresses, would replay unchecked."""
-        fields = pointers[start:start + len(_CACHE_NAMES)]
+    def check_fields_apart(self, pointers: list, start: int, tensors: tuple) -> None:
+        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES, of the call's `tensors`)
+        share no byte, as the checked path requires (_check_fields_apart); skipped for the fields'
+        pointers last found apart. The signature keeps every field's shape and strides, so one
+        tensor passed for two fields, or overlapping views at other addresses, would replay
+        unchecked."""
+        end = start + len(_CACHE_NAMES)
+        fields = pointers[start:end]
         if fields != self.fields_apart:
-            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:start + len(fields)], (),
+            _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:end], tensors[start:end],
                             _FIELDS_APART)
             self.fields_apart = fields
 

@@ -232,6 +232,19 @@ def _ref_codes(seg: _RefSegment, stored: torch.Tensor) -> torch.Tensor:
     return _ref_decode(_ref_unpack(stored) if seg.packing == 2 else stored, seg.code)
 
 
+def _ref_pages(cache) -> tuple:
+    """The cache fields as the references address them (flat bytes, pages back to back): each
+    checked tensor itself, or a contiguous copy of a page-strided view (_ref_put_back writes it back)."""
+    return tuple(t if t.is_contiguous() else t.contiguous() for t in cache)
+
+
+def _ref_put_back(cache, fields: tuple) -> None:
+    """Copy _ref_pages' copies of page-strided views back into them (the bytes between pages untouched)."""
+    for t, f in zip(cache, fields):
+        if f is not t:
+            t.copy_(f)
+
+
 def _ref_plane_fields(cache, plane: int, index: int) -> torch.Tensor:
     """The uint8 view of the Cache field holding a plane's `index`-th buffer."""
     return _ref_bytes(cache[_REF_PLANE_FIELDS[plane][index]])
@@ -267,7 +280,9 @@ def _ref_scale_addresses(seg: _RefSegment, G, plane, page, slot, head, block) ->
 def _ref_quantize_store(srcs: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size, scales)
-    _ref_store_rows(srcs, loc, cache, page_size, geo, num_pages, scales)
+    fields = _ref_pages(cache)
+    _ref_store_rows(srcs, loc, fields, page_size, geo, num_pages, scales)
+    _ref_put_back(cache, fields)
 
 
 def _ref_quantize_store_inputs(parts: tuple, loc: torch.Tensor, cache, page_size: int, scales: tuple = ()) -> None:
@@ -277,7 +292,9 @@ def _ref_quantize_store_inputs(parts: tuple, loc: torch.Tensor, cache, page_size
     parts, geo, num_pages = _prepare_store_inputs(parts, loc, cache, page_size, scales)
     rows = tuple(torch.cat([part for (_, owner, _, _), part in zip(INPUTS, parts) if owner == plane], dim=-1)
                  for plane in PLANES)
-    _ref_store_rows(rows, loc, cache, page_size, geo, num_pages, scales)
+    fields = _ref_pages(cache)
+    _ref_store_rows(rows, loc, fields, page_size, geo, num_pages, scales)
+    _ref_put_back(cache, fields)
 
 
 def _ref_store_rows(srcs: tuple, loc: torch.Tensor, cache, page_size: int, geo: dict, num_pages: int, scales: tuple) -> None:
@@ -310,6 +327,7 @@ def _ref_store_rows(srcs: tuple, loc: torch.Tensor, cache, page_size: int, geo: 
 def _ref_gather_dequant(cache, token_ids: torch.Tensor, page_size: int, out, scales: tuple = ()):
     page_size = _index(page_size, "page_size")
     outs, geo, num_pages = _prepare_gather(cache, token_ids, page_size, out, scales)
+    cache = _ref_pages(cache)
     G = SimpleNamespace(**geo)
     ids = token_ids.to(torch.int64)
     ok = ((ids >= 0) & (ids < num_pages * page_size))[:, None, None]
@@ -378,6 +396,7 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
     before it leads the rows of its block in the window after it (see docs/design.md, append)."""
     page_size = _index(page_size, "page_size")
     srcs, geo, num_pages = _prepare_store(srcs, loc, cache, page_size)
+    fields = _ref_pages(cache)
     G = SimpleNamespace(**geo)
     n_tokens, heads, values = srcs[0].shape
     T = SCALE_GROUP_TOKENS
@@ -406,8 +425,8 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
         kept = torch.tensor([s for s in range(T) if s not in written], dtype=torch.int64, device=device)
         kept_slot = first_loc % page_size + kept
         for plane, x in enumerate(srcs):
-            records = _ref_plane_fields(cache, plane, _REF_RECORDS)
-            scales = _ref_plane_fields(cache, plane, seg.scale_field)
+            records = _ref_plane_fields(fields, plane, _REF_RECORDS)
+            scales = _ref_plane_fields(fields, plane, seg.scale_field)
             sc_addr = seg.scale_row(G, plane, page, None, head, block) + dim * seg.scale_stride   # (heads, values)
             stored = scales[sc_addr].to(torch.int32) - g.bias
             rows = x[hit].to(torch.float32)                                              # (hits, heads, values)
@@ -424,3 +443,4 @@ def _ref_append(srcs: tuple, loc: torch.Tensor, cache, page_size: int) -> None:
             new_row = _ref_record_row(G, plane, page, new_slots[:, None, None], head) + seg.byte_offset + dim
             records[new_row] = _ref_encode(rows * multiplier, seg.code)
             scales[sc_addr] = (exponent + g.bias).to(torch.uint8)
+    _ref_put_back(cache, fields)

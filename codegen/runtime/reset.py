@@ -16,13 +16,14 @@ _kernel_cache = _next_pow2 = _ref_mode = _check_pdl = None
 
 
 @triton.jit
-def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, BLOCK: tl.constexpr):
+def _reset_pages_kernel(buf_ptr, page_ids_ptr, num_pages, PAGE_BYTES: tl.constexpr, PAGE_STRIDE: tl.constexpr,
+                        BLOCK: tl.constexpr):
     """Zero every byte of one page of a cache tensor per program (page ids outside [0, num_pages)
-    are skipped), BLOCK bytes at a time."""
+    are skipped), BLOCK bytes at a time; pages start PAGE_STRIDE bytes apart."""
     page = tl.load(page_ids_ptr + tl.program_id(0)).to(tl.int64)
     # A skipped id writes nothing: its limit is 0 bytes.
     limit = tl.where((page >= 0) & (page < num_pages), PAGE_BYTES, 0)
-    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_BYTES
+    first = buf_ptr.to(tl.pointer_type(tl.uint8)) + tl.where(limit > 0, page, 0) * PAGE_STRIDE
     for start in range(0, PAGE_BYTES, BLOCK):
         offsets = start + tl.arange(0, BLOCK)
         tl.store(first + offsets, tl.zeros([BLOCK], dtype=tl.uint8), mask=offsets < limit)
@@ -44,7 +45,9 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
         return
     for t in _kernel_cache(cache):
         page_bytes = t.numel() * t.element_size() // num_pages
-        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes,
+        # contiguous: pages back to back; page-strided (checked): its first dim's stride
+        page_stride = page_bytes if t.is_contiguous() else t.stride(0) * t.element_size()
+        _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes, PAGE_STRIDE=page_stride,
                                                    BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
 
 
@@ -71,4 +74,7 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
         for t in cache:
-            t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            if t.is_contiguous():
+                t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            else:             # page-strided (checked): pages in its first dim, each contiguous
+                t.view(torch.uint8)[ids] = 0
