@@ -867,30 +867,43 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _pages_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors whose first dims step by one number of bytes (a page stride; a first dim of
-    one entry steps as the other's) share a byte, each entry taken as the whole span of its bytes:
-    a's page i and b's page j meet when -(b's page span) < offset + (j - i) * stride < a's page span.
-    True (not decided here) for other tensors."""
+    """Whether two tensors share a byte, each taken as its first dim's entries (pages), each entry the
+    whole span of its bytes, one step apart: a's page i and b's page j meet when -(b's page span) <
+    offset + (j - i) * step < a's page span. Where both have several pages but their steps differ,
+    the smaller tensor counts as one span (exact for a contiguous one, such as a source row block
+    beside a cache's pages). True (not decided here) for a tensor whose own elements overlap."""
     if a.numel() == 0 or b.numel() == 0:
         return False
-    if a.dim() == 0 or b.dim() == 0 or _nested_dims(a) is None or _nested_dims(b) is None:
+    if _nested_dims(a) is None or _nested_dims(b) is None:
         return True
-    steps = {t.stride(0) * t.element_size() for t in (a, b) if t.shape[0] > 1}
-    if len(steps) != 1 or min(steps) <= 0:
-        return True
-    (step,) = steps
-    span_a, span_b = _extent(a[0]), _extent(b[0])
+    (count_a, step_a, span_a), (count_b, step_b, span_b) = _page_runs(a), _page_runs(b)
+    if count_a > 1 and count_b > 1 and step_a != step_b:
+        if _extent(a) <= _extent(b):
+            count_a, span_a = 1, _extent(a)
+        else:
+            count_b, span_b = 1, _extent(b)
+    step = step_a if count_a > 1 else step_b
     offset = b.data_ptr() - a.data_ptr()
-    lowest = max(1 - a.shape[0], (-span_b - offset) // step + 1)     # the least j - i with a meeting
-    highest = min(b.shape[0] - 1, (span_a - offset - 1) // step)     # the most
+    lowest = max(1 - count_a, (-span_b - offset) // step + 1)     # the least j - i at which pages meet
+    highest = min(count_b - 1, (span_a - offset - 1) // step)     # the most
     return lowest <= highest
 
 
+def _page_runs(t: torch.Tensor) -> tuple:
+    """(entries, byte step, bytes each spans) of t's first dim; one entry of t's whole span for a 0-dim
+    tensor or a first dim of one entry."""
+    if t.dim() == 0 or t.shape[0] == 1:
+        return 1, 1, _extent(t)
+    return t.shape[0], t.stride(0) * t.element_size(), _extent(t[0])
+
+
 def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tensors: tuple = (),
-                    why: str = "a written buffer must not alias any other argument") -> None:
+                    why: str = "a written buffer must not alias any other argument", apart: range = range(0)) -> None:
     """ValueError when a written tensor's bytes overlap another argument's (aliasing would race).
     pointers: each tensor's data_ptr(); extents: the bytes each spans (see _extent); tensors (where
-    given) let two strided views whose spans cross, but whose elements interleave, pass."""
+    given) let two strided views whose spans cross, but whose elements interleave, pass; apart: the
+    indices of tensors already found to share no byte with each other (a replay's cache fields,
+    which may interleave: vLLM's kv_cache[:, 0] and [:, 1]), not compared again."""
     spans = sorted(zip(pointers, extents))
     end = 0
     for start, n in spans:           # the usual case, every tensor apart: one pass over the sorted spans
@@ -899,14 +912,36 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
         end = max(end, start + n)
     else:
         return
+    if apart and _apart_but_among(pointers, extents, apart):
+        return
     spans = [(p, p + n) for p, n in zip(pointers, extents)]
     for w in written:
         lo, hi = spans[w]
         if hi == lo:
             continue
         for i, (a, b) in enumerate(spans):
-            if i != w and a < hi and lo < b and (not tensors or _strided_overlap(tensors[w], tensors[i])):
+            if (i != w and a < hi and lo < b and not (w in apart and i in apart)
+                    and (not tensors or _strided_overlap(tensors[w], tensors[i]))):
                 raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; {why}")
+
+
+def _apart_but_among(pointers, extents: tuple, among: range) -> bool:
+    """Whether no two spans cross but spans of tensors `among` with each other: one pass over the
+    sorted spans, a span of `among` compared with the others' furthest end so far, any other span
+    with everyone's."""
+    end = end_among = 0
+    for start, n, i in sorted(zip(pointers, extents, range(len(extents)))):
+        if not n:
+            continue
+        if i in among:
+            if start < end:
+                return False
+            end_among = max(end_among, start + n)
+        else:
+            if start < max(end, end_among):
+                return False
+            end = max(end, start + n)
+    return True
 
 
 def _check_apart(names: tuple, tensors: tuple, written: tuple,
@@ -1011,11 +1046,12 @@ class _Plan:
         self.guard = None             # set by _remember, with the signature's scalars and device
         self.scalars = self.scalar_types = self.device = self.arity = None
 
-    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple) -> None:
-        """_check_disjoint for a replay: skipped when the pointers are the ones last found apart (the
-        signature fixes every shape and stride, so the same pointers give the same verdict)."""
+    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple, fields: int) -> None:
+        """_check_disjoint for a replay, after check_fields_apart (the cache fields start at index
+        `fields`): skipped when the pointers are the ones last found apart (the signature fixes every
+        shape and stride, so the same pointers give the same verdict)."""
         if pointers != self.disjoint:
-            _check_disjoint(names, pointers, written, self.extents, tensors)
+            _check_disjoint(names, pointers, written, self.extents, tensors, apart=range(fields, fields + len(_CACHE_NAMES)))
             self.disjoint = pointers
 
     def check_fields_apart(self, pointers: list, start: int, tensors: tuple) -> None:
@@ -1847,7 +1883,7 @@ def gather_dequant(cache: Cache, token_ids: torch.Tensor, page_size: int, out=No
     if plan is not None:      # this call signature passed every check before: replay its launch
         plan.check_fields_apart(pointers, 1, tensors)
         if given:
-            plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors)
+            plan.check_disjoint(_GATHER_NAMES, pointers, _GATHER_WRITTEN, tensors, 1)
             outs = given
         else:
             outs = plan.allocate(pointers)
@@ -1926,7 +1962,7 @@ def quantize_store(k: torch.Tensor, loc: torch.Tensor, cache: Cache, page_size: 
     plan, key, pointers = _find(_PLANS["quantize_store"], tensors, (page_size, pdl, DEPENDENT_LAUNCH, type(cache)))
     if plan is not None:      # this call signature passed every check before: replay its launches
         plan.check_fields_apart(pointers, _STORE_WRITTEN[0], tensors)
-        plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors)
+        plan.check_disjoint(_STORE_NAMES, pointers, _STORE_WRITTEN, tensors, _STORE_WRITTEN[0])
         plan.run(pointers, tensors)
         return
     _check_pdl(pdl)

@@ -277,3 +277,44 @@ def test_a_replay_checks_strided_fields_apart():
     m.quantize_store(x, x, loc, m.Cache(kv[:, 1], kv[:, 0]), page, **given(m))
     with pytest.raises(ValueError, match=r"cache\.k_cache: overlaps cache\.v_cache"):
         m.quantize_store(x, x, loc, m.Cache(kv[:, 0], kv[:, 0]), page, **given(m))
+
+
+def _bytes_of(t: torch.Tensor) -> set:
+    """Every byte offset in its storage that t's elements occupy (the brute-force oracle)."""
+    size = t.element_size()
+    first = torch.as_strided(torch.arange(t.untyped_storage().nbytes() // size), t.shape, t.stride(), t.storage_offset())
+    return {p * size + e for p in first.flatten().tolist() for e in range(size)}
+
+
+def test_aliasing_check_never_misses_a_shared_byte():
+    """The aliasing check on random views of one buffer (pages of any step, other dtypes, a few with
+    strided last dims) against the set of bytes each occupies: it never passes two views that share a
+    byte, and it refuses views that share none only rarely (where it takes spans whole)."""
+    m = module("vllm_fp8")
+    gen = generator(73)
+    buf = torch.zeros(4096, dtype=torch.uint8)
+
+    def draw(n: int) -> int:
+        return int(torch.randint(n, (), generator=gen))
+
+    def view() -> torch.Tensor:
+        dtype = (torch.uint8, torch.int16, torch.int32)[draw(3)]
+        shape = [1 + draw(5) for _ in range(1 + draw(3))]
+        strides, inner = [0] * len(shape), 1
+        for d in range(len(shape) - 1, 0, -1):
+            strides[d], inner = inner, inner * shape[d]
+        strides[0] = 1 + draw(3 * inner + 3) if draw(10) < 7 else inner
+        if len(shape) > 1 and draw(5) == 0:
+            strides[-1] = 1 + draw(3)
+        return buf.view(dtype).as_strided(shape, strides, draw(200))
+
+    checked = refused_apart = 0
+    while checked < 600:
+        a, b = view(), view()
+        if m._nested_dims(a) is None or m._nested_dims(b) is None:
+            continue                 # (a view whose own elements overlap is refused before this check)
+        checked += 1
+        shared, found = bool(_bytes_of(a) & _bytes_of(b)), m._strided_overlap(a, b)
+        assert found or not shared, (a.shape, a.stride(), a.storage_offset(), b.shape, b.stride(), b.storage_offset())
+        refused_apart += found and not shared
+    assert refused_apart < checked // 50
