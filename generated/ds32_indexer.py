@@ -471,10 +471,10 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
             if strided:
                 strides[_PAGE_STRIDE_NAMES[i]] = _page_stride(field, t, page_bytes, _FIELD_ALIGN[i])
             continue
-        if strided and t.dim() >= 2 and nbytes and not nbytes % page_bytes:
-            raise ValueError(f"cache.{field}: shape {tuple(t.shape)} with strides {tuple(t.stride())} steps over bytes "
-                             f"between rows that are not pages of {page_bytes} bytes (page_size={page_size}); a view "
-                             "that is not contiguous must count pages in its first dim")
+        if strided and raw and nbytes and not nbytes % page_bytes and t.shape[0] * page_bytes == nbytes * page_size:
+            raise ValueError(f"cache.{field}: a token-major tensor (shape {tuple(t.shape)}, strides {tuple(t.stride())}) "
+                             "must be contiguous; only a page-major view (pages in its first dim) may step over bytes "
+                             "between its pages")
         raise ValueError(_cache_tensor_error(field, t, nbytes, page_bytes, page_size, heads, values, raw, from_records))
     if strides:                          # the kernels step through a strided field's pages by its stride
         geo = {**geo, **strides}

@@ -224,8 +224,13 @@ def test_strided_views_that_no_kernel_can_address_are_refused():
     refused(r"cache\.k_cache: its pages are 1024 bytes apart .* fewer than the 2048 bytes of a page", overlapping,
             cache.v_cache)
     refused(r"cache\.k_cache: overlaps cache\.v_cache in memory", kv[:, 0], kv[:, 0])
-    flat = torch.zeros(4 * page * 2, heads, values, dtype=torch.uint8, device=DEVICE)
-    refused(r"cache\.k_cache: .* must count pages in its first dim", flat[::2], cache.v_cache)
+    tokens = torch.zeros(4 * page * 2, heads, values, dtype=torch.uint8, device=DEVICE)[::2]
+    with pytest.raises(ValueError, match=r"cache\.k_cache: a token-major tensor \(shape \(64, 2, 64\), strides "
+                                         r"\(256, 64, 1\)\) must be contiguous"):
+        m.quantize_store(k, k, loc, m.RawCache(tokens, cache.v_cache), page, **scales)
+    # a page-strided view read with another page size: the page size it holds is named, as for a contiguous one
+    with pytest.raises(ValueError, match=r"^page_size: cache\.k_cache was allocated for page_size=16 .* but page_size=32 was passed"):
+        m.quantize_store(k, k, loc, m.Cache(kv[:, 0], kv[:, 1]), 2 * page, **scales)
     # (the reference refuses them alike)
     with pytest.raises(ValueError, match=r"cache\.k_cache: overlaps cache\.v_cache"):
         m.quantize_store_ref(k, k, loc, m.Cache(kv[:, 0], kv[:, 0]), page, **scales)
