@@ -564,7 +564,7 @@ class Layout:
         """The token-group scales a reader may load as words, as the generated module's _WORD_SCALES:
         (slots per block, block and dim stride names (1 and the page's block count for adjacent
         words), Cache field indices of each plane's scales, geometry names that must be multiples of
-        the word: buffer page bytes, region offset, other strides); None without such a group."""
+        the word: those fields' page strides, the region offset, other strides); None without such a group."""
         group = next((g for g in self.scales if g.word_reads), None)
         if group is None:
             return None

@@ -77,12 +77,12 @@ class Cache(NamedTuple):
 
 
 class RawCache(Cache):
-    """The cache tensors as a serving stack may keep them: contiguous buffers of whole pages that may
-    also be token-major, (num_pages * page_size, ...) (e.g. a pool's view(-1, heads, values)), or
-    flat (1-D), except the records tensor, whose last two dims give heads and values. The ops read
-    the same bytes as from a Cache; but such a tensor records no page size, so for it the page size
-    is checked only as far as its bytes must hold whole pages: keep one tensor page-major to have
-    the page size checked."""
+    """The cache tensors as a serving stack may keep them: buffers of whole pages, page-major (page-
+    strided views too, as in a Cache) or, contiguous, token-major, (num_pages * page_size, ...)
+    (e.g. a pool's view(-1, heads, values)), or flat (1-D), except the records tensor, whose last
+    two dims give heads and values. The ops read the same bytes as from a Cache; but such a tensor
+    records no page size, so for it the page size is checked only as far as its bytes must hold
+    whole pages: keep one tensor page-major to have the page size checked."""
 
     __slots__ = ()
 
@@ -483,13 +483,15 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
         # instead be flat or count slots first (contiguous only).
-        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and not strided and (
-                t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
+        whole = nbytes > 0 and nbytes % page_bytes == 0
+        page_major = whole and t.dim() >= 2 and t.shape[0] * page_bytes == nbytes
+        token_major_or_flat = whole and raw and (t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)
+        if page_major or token_major_or_flat and not strided:
             pages[field] = nbytes // page_bytes
             if strided:
                 strides[_PAGE_STRIDE_NAMES[i]] = _page_stride(field, t, page_bytes, _FIELD_ALIGN[i])
             continue
-        if strided and raw and nbytes and not nbytes % page_bytes and t.shape[0] * page_bytes == nbytes * page_size:
+        if token_major_or_flat:         # (a strided flat tensor is no tensor of whole pages: refused above)
             raise ValueError(f"cache.{field}: a token-major tensor (shape {tuple(t.shape)}, strides {tuple(t.stride())}) "
                              "must be contiguous; only a page-major view (pages in its first dim) may step over bytes "
                              "between its pages")
@@ -685,8 +687,8 @@ _POINTER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, 
 
 
 def _kernel_cache(cache: tuple) -> tuple:
-    """The (checked, contiguous) cache tensors as the kernels take them: uint8 views of the ones
-    whose dtype Triton does not take."""
+    """The checked cache tensors as the kernels take them: uint8 views of the ones whose dtype
+    Triton does not take."""
     return tuple(t if t.dtype in _POINTER_DTYPES else t.view(torch.uint8) for t in cache)
 
 
@@ -890,8 +892,8 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors share a byte, for views whose spans cross but whose elements may
     interleave (slices of one workspace, vLLM's kv_cache[:, 0] and [:, 1]). Tensors of one shape,
     strides and element size: exactly, from the offset between them alone (it must be a sum of
-    per-dim steps of fewer than that dim's size, plus less than an element); others: by their first
-    dims' entries (pages) where those step alike (_pages_overlap); otherwise taken as overlapping."""
+    per-dim steps of fewer than that dim's size, plus less than an element); others by their first
+    dims' entries (pages, _pages_overlap)."""
     dims = _nested_dims(a)
     if dims is None or a.shape != b.shape or a.stride() != b.stride() or a.element_size() != b.element_size():
         return _pages_overlap(a, b)
@@ -930,7 +932,7 @@ def _pages_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _page_runs(t: torch.Tensor) -> tuple:
     """(entries, byte step, bytes each spans) of t's first dim; one entry of t's whole span for a 0-dim
-    tensor or a first dim of one entry."""
+    tensor or a first dim of one entry (its step, never taken, 1)."""
     if t.dim() == 0 or t.shape[0] == 1:
         return 1, 1, _extent(t)
     return t.shape[0], t.stride(0) * t.element_size(), _extent(t[0])
@@ -951,7 +953,7 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
         end = max(end, start + n)
     else:
         return
-    if apart and _apart_but_among(pointers, extents, apart):
+    if apart and _apart_but_within(pointers, extents, apart):
         return
     spans = [(p, p + n) for p, n in zip(pointers, extents)]
     for w in written:
@@ -964,22 +966,22 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
                 raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; {why}")
 
 
-def _apart_but_among(pointers, extents: tuple, among: range) -> bool:
-    """Whether no two spans cross but spans of tensors `among` with each other: one pass over the
-    sorted spans, a span of `among` compared with the others' furthest end so far, any other span
-    with everyone's."""
-    end = end_among = 0
+def _apart_but_within(pointers, extents: tuple, group: range) -> bool:
+    """Whether every two spans are apart, where two of the `group`'s tensors may cross: one pass over
+    the sorted spans, each group span checked against the furthest end of the other spans so far,
+    each other span against the furthest end of all."""
+    end_others = end_group = 0
     for start, n, i in sorted(zip(pointers, extents, range(len(extents)))):
         if not n:
             continue
-        if i in among:
-            if start < end:
+        if i in group:
+            if start < end_others:
                 return False
-            end_among = max(end_among, start + n)
+            end_group = max(end_group, start + n)
         else:
-            if start < max(end, end_among):
+            if start < max(end_others, end_group):
                 return False
-            end = max(end, start + n)
+            end_others = max(end_others, start + n)
     return True
 
 
@@ -1085,21 +1087,22 @@ class _Plan:
         self.guard = None             # set by _remember, with the signature's scalars and device
         self.scalars = self.scalar_types = self.device = self.arity = None
 
-    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple, fields: int) -> None:
+    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple, first_field: int) -> None:
         """_check_disjoint for a replay, after check_fields_apart (the cache fields start at index
-        `fields`): skipped when the pointers are the ones last found apart (the signature fixes every
-        shape and stride, so the same pointers give the same verdict)."""
+        `first_field`): skipped when the pointers are the ones last found apart (the signature fixes
+        every shape and stride, so the same pointers give the same verdict)."""
         if pointers != self.disjoint:
-            _check_disjoint(names, pointers, written, self.extents, tensors, apart=range(fields, fields + len(_CACHE_NAMES)))
+            fields = range(first_field, first_field + len(_CACHE_NAMES))
+            _check_disjoint(names, pointers, written, self.extents, tensors, apart=fields)
             self.disjoint = pointers
 
-    def check_fields_apart(self, pointers: list, start: int, tensors: tuple) -> None:
-        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES, of the call's `tensors`)
-        share no byte, as the checked path requires (_check_fields_apart); skipped for the fields'
-        pointers last found apart. The signature keeps every field's shape and strides, so one
-        tensor passed for two fields, or overlapping views at other addresses, would replay
+    def check_fields_apart(self, pointers: list, first_field: int, tensors: tuple) -> None:
+        """For a replay: the cache fields (pointers[first_field:], _CACHE_NAMES, of the call's
+        `tensors`) share no byte, as the checked path requires (_check_fields_apart); skipped for the
+        fields' pointers last found apart. The signature keeps every field's shape and strides, so
+        one tensor passed for two fields, or overlapping views at other addresses, would replay
         unchecked."""
-        end = start + len(_CACHE_NAMES)
+        start, end = first_field, first_field + len(_CACHE_NAMES)
         fields = pointers[start:end]
         if fields != self.fields_apart:
             _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:end], tensors[start:end],
@@ -2293,14 +2296,12 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     pdl: True, False or None, for the signature every op shares (these launches are plain).
     """
     _check_pdl(pdl)
-    num_pages = _prepare_reset(cache, page_ids, page_size)
+    geo, num_pages = _prepare_reset(cache, page_ids, page_size)
     _check_compiled_device(_reset_pages_kernel, "page_ids", page_ids.device)
     if page_ids.shape[0] == 0:
         return
-    for t in _kernel_cache(cache):
-        page_bytes = t.numel() * t.element_size() // num_pages
-        # contiguous: pages back to back; page-strided (checked): its first dim's stride
-        page_stride = page_bytes if t.is_contiguous() else t.stride(0) * t.element_size()
+    for t, page_bytes, page_stride in zip(_kernel_cache(cache), (geo[name] for name in _PAGE_BYTES_NAMES),
+                                          (geo[name] for name in _PAGE_STRIDE_NAMES)):
         _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes, PAGE_STRIDE=page_stride,
                                                    BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
 
@@ -2309,29 +2310,30 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
 _RESET_BLOCK = 4096
 
 
-def _prepare_reset(cache, page_ids, page_size) -> int:
-    """Checks for reset_pages (and its reference); returns the cache's page count."""
+def _prepare_reset(cache, page_ids, page_size) -> tuple:
+    """Checks for reset_pages (and its reference); returns the cache's geometry (each field's page
+    bytes and page stride) and page count."""
     page_size = _index(page_size, "page_size")
     heads, values = _cache_dims(cache)
     device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
     _check_index("page_ids", page_ids, device)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device)
     _check_apart(("page_ids",) + _CACHE_NAMES, (page_ids, *cache), tuple(range(1, 1 + len(cache))))
-    return num_pages
+    return geo, num_pages
 
 
 def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
     """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is checked and ignored)."""
     _check_pdl(pdl)
-    num_pages = _prepare_reset(cache, page_ids, page_size)
+    _, num_pages = _prepare_reset(cache, page_ids, page_size)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
         for t in cache:
-            if t.is_contiguous():
-                t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
-            else:             # page-strided (checked): pages in its first dim, each contiguous
-                t.view(torch.uint8)[ids] = 0
+            pages = t if t.is_contiguous() else t.contiguous()       # (a page-strided view: zeroed in a copy)
+            pages.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            if pages is not t:
+                t.copy_(pages)
 
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------

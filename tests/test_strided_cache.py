@@ -191,7 +191,7 @@ def test_word_reads_follow_the_page_stride(name):
 
 
 def _layout_with_scale_buffer():
-    """A layout whose Cache holds an fp32 scale field (4-byte alignment) beside its records."""
+    """A layout with a Cache field of 4-byte alignment (fp32 scales, in a buffer of their own or inline)."""
     for name in cases("quantize_store"):
         m = module(name)
         if any(a == 4 for a in m._FIELD_ALIGN):
@@ -323,3 +323,64 @@ def test_aliasing_check_never_misses_a_shared_byte():
         assert found or not shared, (a.shape, a.stride(), a.storage_offset(), b.shape, b.stride(), b.storage_offset())
         refused_apart += found and not shared
     assert refused_apart < checked // 50
+
+
+def test_reset_pages_through_a_view_with_a_size_one_dim_of_any_stride():
+    """A dim of one entry may have any stride (torch's contiguity ignores it): such a page-strided view
+    of int32 words is reset by the kernel and by the reference (which zeroes a contiguous copy) alike,
+    the bytes between pages untouched."""
+    m = module("ds32_indexer")
+    heads, values, page = dims(m)
+    gen = generator(74)
+    span = m.alloc_cache(1, page, heads=heads, values=values)[0].nbytes
+    work = random_bytes(torch.empty(3, span + 12, dtype=torch.uint8, device=DEVICE), gen)
+    words = work.view(torch.int32)[:, :span // 4].unsqueeze(1).transpose(1, 2)    # (3, span / 4, 1), strides (.., 1, ..)
+    assert words.stride(-1) != 1
+    before = work.clone()
+    ids = torch.tensor([1, 5], device=DEVICE)
+    m.reset_pages(m.Cache(words), ids, page)
+    by_kernel = work.clone()
+    work.copy_(before)
+    m.reset_pages_ref(m.Cache(words), ids, page)
+    assert_same_bytes(work, by_kernel, "reset_pages_ref against reset_pages")
+    assert not work[1, :span].any()
+    assert torch.equal(work[:, span:], before[:, span:]) and torch.equal(work[[0, 2]], before[[0, 2]])
+
+
+def test_replayed_aliasing_checks_agree_with_the_checked_path():
+    """A launch plan's replay checks (check_fields_apart, then check_disjoint, which skips the fields'
+    pairs) for halves of one tensor, a page of gap after each half's page: other halves pass; one
+    half for both fields, and a source inside a page, are refused naming the right tensors, as the
+    checked path names them; a source in the bytes between pages passes."""
+    m = module("vllm_fp8")
+    heads, values, page = 2, 64, 16
+    full = torch.zeros(4, 2, 2 * page, heads, values, dtype=torch.uint8, device=DEVICE)
+    kv = full[:, :, :page]
+    rows = 3 * heads * values * 4                                   # bytes of a (3, heads, values) fp32 source
+
+    def source(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(-1)[:rows].view(torch.float32).view(3, heads, values)
+
+    loc, k, v = torch.arange(3, device=DEVICE), torch.randn(3, heads, values, device=DEVICE), torch.randn(3, heads, values, device=DEVICE)
+    scales = tuple(given(m).values())
+    first = m._STORE_WRITTEN[0]
+    plan = m._Plan(tuple(m._extent(t) for t in (loc, k, v, kv[:, 0], kv[:, 1], *scales)))
+
+    def replay(cache, k=k):
+        tensors = (loc, k, v, *cache, *scales)
+        pointers = [t.data_ptr() for t in tensors]
+        plan.check_fields_apart(pointers, first, tensors)
+        plan.check_disjoint(m._STORE_NAMES, pointers, m._STORE_WRITTEN, tensors, first)
+
+    def checked(cache, k=k):
+        m.quantize_store_ref(k, v, loc, m.Cache(*cache), page, **given(m))
+
+    replay((kv[:, 0], kv[:, 1]))
+    replay((kv[:, 1], kv[:, 0]))
+    replay((kv[:, 0], kv[:, 1]), source(full[0, 0, page:]))        # k in the gap after K's first page
+    checked((kv[:, 0], kv[:, 1]), source(full[0, 0, page:]))
+    for cache, k_, error in (((kv[:, 0], kv[:, 0]), k, r"^cache\.k_cache: overlaps cache\.v_cache in memory; each cache"),
+                             ((kv[:, 0], kv[:, 1]), source(kv[2, 1]), r"^cache\.v_cache: overlaps k in memory")):
+        for path in (replay, checked):
+            with pytest.raises(ValueError, match=error):
+                path(cache, k_)

@@ -342,13 +342,15 @@ def _check_cache_tensors(cache, page_size: int, heads: int, values: int, device,
         # The first dim counts pages, so a cache read or written with another page size than it
         # was allocated for is caught even when its bytes happen to divide; a RawCache's tensor may
         # instead be flat or count slots first (contiguous only).
-        if nbytes and not nbytes % page_bytes and (t.dim() >= 2 and t.shape[0] * page_bytes == nbytes or raw and not strided and (
-                t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)):
+        whole = nbytes > 0 and nbytes % page_bytes == 0
+        page_major = whole and t.dim() >= 2 and t.shape[0] * page_bytes == nbytes
+        token_major_or_flat = whole and raw and (t.dim() == 1 or t.shape[0] * page_bytes == nbytes * page_size)
+        if page_major or token_major_or_flat and not strided:
             pages[field] = nbytes // page_bytes
             if strided:
                 strides[_PAGE_STRIDE_NAMES[i]] = _page_stride(field, t, page_bytes, _FIELD_ALIGN[i])
             continue
-        if strided and raw and nbytes and not nbytes % page_bytes and t.shape[0] * page_bytes == nbytes * page_size:
+        if token_major_or_flat:         # (a strided flat tensor is no tensor of whole pages: refused above)
             raise ValueError(f"cache.{field}: a token-major tensor (shape {tuple(t.shape)}, strides {tuple(t.stride())}) "
                              "must be contiguous; only a page-major view (pages in its first dim) may step over bytes "
                              "between its pages")
@@ -544,8 +546,8 @@ _POINTER_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, 
 
 
 def _kernel_cache(cache: tuple) -> tuple:
-    """The (checked, contiguous) cache tensors as the kernels take them: uint8 views of the ones
-    whose dtype Triton does not take."""
+    """The checked cache tensors as the kernels take them: uint8 views of the ones whose dtype
+    Triton does not take."""
     return tuple(t if t.dtype in _POINTER_DTYPES else t.view(torch.uint8) for t in cache)
 
 

@@ -105,8 +105,8 @@ def _strided_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors share a byte, for views whose spans cross but whose elements may
     interleave (slices of one workspace, vLLM's kv_cache[:, 0] and [:, 1]). Tensors of one shape,
     strides and element size: exactly, from the offset between them alone (it must be a sum of
-    per-dim steps of fewer than that dim's size, plus less than an element); others: by their first
-    dims' entries (pages) where those step alike (_pages_overlap); otherwise taken as overlapping."""
+    per-dim steps of fewer than that dim's size, plus less than an element); others by their first
+    dims' entries (pages, _pages_overlap)."""
     dims = _nested_dims(a)
     if dims is None or a.shape != b.shape or a.stride() != b.stride() or a.element_size() != b.element_size():
         return _pages_overlap(a, b)
@@ -145,7 +145,7 @@ def _pages_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _page_runs(t: torch.Tensor) -> tuple:
     """(entries, byte step, bytes each spans) of t's first dim; one entry of t's whole span for a 0-dim
-    tensor or a first dim of one entry."""
+    tensor or a first dim of one entry (its step, never taken, 1)."""
     if t.dim() == 0 or t.shape[0] == 1:
         return 1, 1, _extent(t)
     return t.shape[0], t.stride(0) * t.element_size(), _extent(t[0])
@@ -166,7 +166,7 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
         end = max(end, start + n)
     else:
         return
-    if apart and _apart_but_among(pointers, extents, apart):
+    if apart and _apart_but_within(pointers, extents, apart):
         return
     spans = [(p, p + n) for p, n in zip(pointers, extents)]
     for w in written:
@@ -179,22 +179,22 @@ def _check_disjoint(names: tuple, pointers, written: tuple, extents: tuple, tens
                 raise ValueError(f"{names[w]}: overlaps {names[i]} in memory; {why}")
 
 
-def _apart_but_among(pointers, extents: tuple, among: range) -> bool:
-    """Whether no two spans cross but spans of tensors `among` with each other: one pass over the
-    sorted spans, a span of `among` compared with the others' furthest end so far, any other span
-    with everyone's."""
-    end = end_among = 0
+def _apart_but_within(pointers, extents: tuple, group: range) -> bool:
+    """Whether every two spans are apart, where two of the `group`'s tensors may cross: one pass over
+    the sorted spans, each group span checked against the furthest end of the other spans so far,
+    each other span against the furthest end of all."""
+    end_others = end_group = 0
     for start, n, i in sorted(zip(pointers, extents, range(len(extents)))):
         if not n:
             continue
-        if i in among:
-            if start < end:
+        if i in group:
+            if start < end_others:
                 return False
-            end_among = max(end_among, start + n)
+            end_group = max(end_group, start + n)
         else:
-            if start < max(end, end_among):
+            if start < max(end_others, end_group):
                 return False
-            end = max(end, start + n)
+            end_others = max(end_others, start + n)
     return True
 
 
@@ -300,21 +300,22 @@ class _Plan:
         self.guard = None             # set by _remember, with the signature's scalars and device
         self.scalars = self.scalar_types = self.device = self.arity = None
 
-    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple, fields: int) -> None:
+    def check_disjoint(self, names: tuple, pointers: list, written: tuple, tensors: tuple, first_field: int) -> None:
         """_check_disjoint for a replay, after check_fields_apart (the cache fields start at index
-        `fields`): skipped when the pointers are the ones last found apart (the signature fixes every
-        shape and stride, so the same pointers give the same verdict)."""
+        `first_field`): skipped when the pointers are the ones last found apart (the signature fixes
+        every shape and stride, so the same pointers give the same verdict)."""
         if pointers != self.disjoint:
-            _check_disjoint(names, pointers, written, self.extents, tensors, apart=range(fields, fields + len(_CACHE_NAMES)))
+            fields = range(first_field, first_field + len(_CACHE_NAMES))
+            _check_disjoint(names, pointers, written, self.extents, tensors, apart=fields)
             self.disjoint = pointers
 
-    def check_fields_apart(self, pointers: list, start: int, tensors: tuple) -> None:
-        """For a replay: the cache fields (pointers[start:], _CACHE_NAMES, of the call's `tensors`)
-        share no byte, as the checked path requires (_check_fields_apart); skipped for the fields'
-        pointers last found apart. The signature keeps every field's shape and strides, so one
-        tensor passed for two fields, or overlapping views at other addresses, would replay
+    def check_fields_apart(self, pointers: list, first_field: int, tensors: tuple) -> None:
+        """For a replay: the cache fields (pointers[first_field:], _CACHE_NAMES, of the call's
+        `tensors`) share no byte, as the checked path requires (_check_fields_apart); skipped for the
+        fields' pointers last found apart. The signature keeps every field's shape and strides, so
+        one tensor passed for two fields, or overlapping views at other addresses, would replay
         unchecked."""
-        end = start + len(_CACHE_NAMES)
+        start, end = first_field, first_field + len(_CACHE_NAMES)
         fields = pointers[start:end]
         if fields != self.fields_apart:
             _check_disjoint(_CACHE_NAMES, fields, tuple(range(len(fields))), self.extents[start:end], tensors[start:end],

@@ -10,6 +10,7 @@ import triton.language as tl
 Cache = tuple
 _CACHE_NAMES: tuple = ()
 _index = _cache_dims = _check_index = _check_cache = _check_apart = _check_compiled_device = None
+_PAGE_BYTES_NAMES = _PAGE_STRIDE_NAMES = ()
 _kernel_cache = _next_pow2 = _ref_mode = _check_pdl = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
@@ -39,14 +40,12 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
     pdl: True, False or None, for the signature every op shares (these launches are plain).
     """
     _check_pdl(pdl)
-    num_pages = _prepare_reset(cache, page_ids, page_size)
+    geo, num_pages = _prepare_reset(cache, page_ids, page_size)
     _check_compiled_device(_reset_pages_kernel, "page_ids", page_ids.device)
     if page_ids.shape[0] == 0:
         return
-    for t in _kernel_cache(cache):
-        page_bytes = t.numel() * t.element_size() // num_pages
-        # contiguous: pages back to back; page-strided (checked): its first dim's stride
-        page_stride = page_bytes if t.is_contiguous() else t.stride(0) * t.element_size()
+    for t, page_bytes, page_stride in zip(_kernel_cache(cache), (geo[name] for name in _PAGE_BYTES_NAMES),
+                                          (geo[name] for name in _PAGE_STRIDE_NAMES)):
         _reset_pages_kernel[(page_ids.shape[0],)](t, page_ids, num_pages, PAGE_BYTES=page_bytes, PAGE_STRIDE=page_stride,
                                                    BLOCK=min(_RESET_BLOCK, _next_pow2(page_bytes)))
 
@@ -55,26 +54,27 @@ def reset_pages(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bo
 _RESET_BLOCK = 4096
 
 
-def _prepare_reset(cache, page_ids, page_size) -> int:
-    """Checks for reset_pages (and its reference); returns the cache's page count."""
+def _prepare_reset(cache, page_ids, page_size) -> tuple:
+    """Checks for reset_pages (and its reference); returns the cache's geometry (each field's page
+    bytes and page stride) and page count."""
     page_size = _index(page_size, "page_size")
     heads, values = _cache_dims(cache)
     device = page_ids.device if isinstance(page_ids, torch.Tensor) else None
     _check_index("page_ids", page_ids, device)
     geo, num_pages = _check_cache(cache, page_size, heads, values, device)
     _check_apart(("page_ids",) + _CACHE_NAMES, (page_ids, *cache), tuple(range(1, 1 + len(cache))))
-    return num_pages
+    return geo, num_pages
 
 
 def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl: bool | None = None) -> None:
     """Pure-torch twin of reset_pages: zeroes the same bytes (pdl is checked and ignored)."""
     _check_pdl(pdl)
-    num_pages = _prepare_reset(cache, page_ids, page_size)
+    _, num_pages = _prepare_reset(cache, page_ids, page_size)
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
         for t in cache:
-            if t.is_contiguous():
-                t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
-            else:             # page-strided (checked): pages in its first dim, each contiguous
-                t.view(torch.uint8)[ids] = 0
+            pages = t if t.is_contiguous() else t.contiguous()       # (a page-strided view: zeroed in a copy)
+            pages.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+            if pages is not t:
+                t.copy_(pages)
