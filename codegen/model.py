@@ -683,7 +683,7 @@ class Layout:
     @property
     def page_stride_names(self) -> tuple:
         """Each Cache field's page stride geometry name, in field order."""
-        return tuple(f"{f.upper()}_PAGE_STRIDE" for f, _, _ in self.cache_fields)
+        return tuple(self.page_stride_name(p, b) for _, p, b in self.cache_fields)
 
     @property
     def field_alignments(self) -> tuple:
