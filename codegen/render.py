@@ -130,7 +130,6 @@ RUNTIME_OPTIONAL = {
                 "_ref_encode_products": "_encode_e2m1_products",
                 "_ref_given_codes": "given_writes", "_ref_given_scale": "given_checks", "_ref_codes": "read_values",
                 "_ref_plane_fields": ("quantize_store", "gather_dequant", "append"),
-                "_ref_pages": ("quantize_store", "gather_dequant", "append"), "_ref_put_back": ("quantize_store", "append"),
                 "_ref_slot_coords": ("quantize_store", "gather_dequant"),
                 "_ref_segment_bytes": ("quantize_store", "gather_dequant"),
                 "_ref_scale_addresses": "cache_scales",

@@ -2321,11 +2321,10 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
-        for t in cache:
-            pages = t if t.is_contiguous() else t.contiguous()       # (a page-strided view: zeroed in a copy)
-            pages.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
-            if pages is not t:
-                t.copy_(pages)
+        fields = _ref_pages(cache)
+        for t in fields:
+            t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+        _ref_put_back(cache, fields)
 
 
 # --- the ops as PyTorch custom operators (torch.compile) -----------------------------------------

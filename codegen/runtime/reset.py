@@ -11,7 +11,7 @@ Cache = tuple
 _CACHE_NAMES: tuple = ()
 _index = _cache_dims = _check_index = _check_cache = _check_apart = _check_compiled_device = None
 _PAGE_BYTES_NAMES = _PAGE_STRIDE_NAMES = ()
-_kernel_cache = _next_pow2 = _ref_mode = _check_pdl = None
+_kernel_cache = _next_pow2 = _ref_mode = _check_pdl = _ref_pages = _ref_put_back = None
 
 # --- COPY: everything below is copied into each generated module ------------------------------
 
@@ -73,8 +73,7 @@ def reset_pages_ref(cache: Cache, page_ids: torch.Tensor, page_size: int, *, pdl
     ids = page_ids.to(torch.int64)
     ids = ids[(ids >= 0) & (ids < num_pages)]
     with _ref_mode(cache):
-        for t in cache:
-            pages = t if t.is_contiguous() else t.contiguous()       # (a page-strided view: zeroed in a copy)
-            pages.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
-            if pages is not t:
-                t.copy_(pages)
+        fields = _ref_pages(cache)
+        for t in fields:
+            t.view(-1).view(torch.uint8).view(num_pages, -1)[ids] = 0
+        _ref_put_back(cache, fields)
